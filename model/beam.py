@@ -1,0 +1,143 @@
+"""Batched beam search over many sentences at once (§6.1); finished sentences leave the batch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model.cache import DecoderCache
+from model.config import DecodingConfig
+from model.tokenizer import SpecialIds
+from model.transformer import Transformer
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One finished output: its ids (without EOS), log P / lp(|Y|), and log P itself."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+def length_limits(src_mask: Tensor, cfg: DecodingConfig, model_max_len: int) -> list[int]:
+    """Longest output per sentence: a * |source| + b tokens (EOS not counted), within the model's positions."""
+    src_len = src_mask.sum(dim=1).tolist()
+    return [min(int(cfg.max_len_a * n + cfg.max_len_b), model_max_len - 1) for n in src_len]
+
+
+@dataclass
+class _Beams:
+    """The live search state of the sentences still in the batch."""
+
+    alive: list[int]  # batch index of each sentence still searched
+    max_len: list[int]  # output limit of each of them
+    history: Tensor  # (R, t + 1) ids so far, starting with the decoder start symbol
+    scores: Tensor  # (B, beams) summed log-probabilities
+    cache: DecoderCache
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodingConfig,
+                special: SpecialIds) -> list[list[Hypothesis]]:
+    """The n_best hypotheses of each source sentence, best first. src, src_mask: (B, S)."""
+    memory, _ = model.encode(src, src_mask)
+    B = src.size(0)
+    limits = length_limits(src_mask, cfg, model.cfg.max_len)
+    state = _Beams(
+        alive=list(range(B)), max_len=limits,
+        history=torch.full((B, 1), special.decoder_start, dtype=torch.long, device=src.device),
+        scores=torch.zeros(B, 1, device=src.device), cache=model.start_cache(memory, src_mask),
+    )
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    banned = torch.tensor(sorted(set(cfg.banned_ids) | set(special.never_generated)), device=src.device)
+    for step in range(max(limits) + 1):
+        logits, state.cache = model.step(state.history[:, -1], state.cache)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
+        constrain(logp, state, step, cfg, special.eos, banned)
+        state = _advance(state, logp, step, cfg, special.eos, finished)
+        if not state.alive:
+            break
+    return [sorted(hyps, key=lambda hyp: -hyp.score)[:cfg.n_best] for hyps in finished]
+
+
+def constrain(logp: Tensor, state: _Beams, step: int, cfg: DecodingConfig, eos: int, banned: Tensor) -> None:
+    """Ban ids in place: never-generated ids, EOS before min_length, repeated n-grams; force EOS at the limit."""
+    eos_logp = logp[:, eos].clone()
+    logp[:, banned] = -math.inf
+    if step < cfg.min_length:
+        logp[:, eos] = -math.inf
+    if cfg.no_repeat_ngram_size:
+        ban_repeated_ngrams(logp, state.history, cfg.no_repeat_ngram_size)
+    beams = state.scores.size(1)
+    at_limit = [i * beams + j for i, n in enumerate(state.max_len) if step >= n for j in range(beams)]
+    if at_limit:
+        rows = torch.tensor(at_limit, device=logp.device)
+        logp[rows] = -math.inf
+        logp[rows, eos] = eos_logp[rows]
+
+
+def ban_repeated_ngrams(logp: Tensor, history: Tensor, n: int) -> None:
+    """Forbid any id that would repeat an n-gram already in a hypothesis (start symbol included)."""
+    if history.size(1) < n:
+        return
+    windows = history.unfold(1, n, 1)  # (R, t + 2 - n, n)
+    prefix = history[:, history.size(1) - n + 1:]  # (R, n - 1), the last n - 1 ids
+    match = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=-1)  # (R, t + 2 - n)
+    rows, cols = match.nonzero(as_tuple=True)
+    logp[rows, windows[rows, cols, -1]] = -math.inf
+
+
+def _advance(state: _Beams, logp: Tensor, step: int, cfg: DecodingConfig, eos: int,
+             finished: list[list[Hypothesis]]) -> _Beams:
+    """One search step: end hypotheses on EOS, keep the best k that go on, drop finished sentences."""
+    B, beams = state.scores.shape
+    V, k = logp.size(-1), cfg.beam_size
+    candidates = (state.scores[:, :, None] + logp.view(B, beams, V)).view(B, beams * V)
+    top, index = candidates.topk(min(2 * k, beams * V), dim=1)  # (B, 2k), best first
+    source_row = index // V + torch.arange(B, device=logp.device)[:, None] * beams  # (B, 2k)
+    token = index % V
+    is_eos = token == eos
+    # 1. Among the k best candidates, those ending in EOS are finished hypotheses.
+    ended = (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist()
+    for b, r in ended:
+        ids = state.history[source_row[b, r], 1:].tolist()
+        log_prob = float(top[b, r])
+        finished[state.alive[b]].append(Hypothesis(ids, log_prob / cfg.length_penalty_of(len(ids) + 1), log_prob))
+    # 2. The k best candidates that do not end go on (a stable sort keeps their rank order).
+    go_on = torch.sort(is_eos.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (B, k)
+    scores, rows, token = top.gather(1, go_on), source_row.gather(1, go_on), token.gather(1, go_on)
+    # 3. Sentences whose search is over leave the batch.
+    keep = [b for b in range(B) if not _is_done(state, b, scores[b], step, cfg, finished)]
+    if not keep:
+        return _Beams([], [], state.history[:0], scores[:0], state.cache)
+    if len(keep) < B:
+        kept = torch.tensor(keep, device=logp.device)
+        scores, rows, token = scores[kept], rows[kept], token[kept]
+    rows = rows.flatten()
+    return _Beams(
+        alive=[state.alive[b] for b in keep], max_len=[state.max_len[b] for b in keep],
+        history=torch.cat([state.history.index_select(0, rows), token.reshape(-1, 1)], dim=1),
+        scores=scores, cache=state.cache.reorder(rows),
+    )
+
+
+def _is_done(state: _Beams, b: int, scores: Tensor, step: int, cfg: DecodingConfig,
+             finished: list[list[Hypothesis]]) -> bool:
+    """Whether sentence b needs no more steps: at its limit, out of candidates, or unbeatable."""
+    hyps = finished[state.alive[b]]
+    best_live = float(scores[0])
+    if step >= state.max_len[b] or not math.isfinite(best_live):
+        return True
+    if len(hyps) < cfg.beam_size:
+        return False
+    if cfg.early_stopping:
+        return True
+    # Otherwise stop only when no live hypothesis can still beat the k-th best finished one:
+    # log P only falls, so its best normalised score is at the longest (alpha > 0) or shortest length.
+    worst = sorted(h.score for h in hyps)[-cfg.beam_size]
+    length = state.max_len[b] + 1 if cfg.length_penalty > 0 else step + 2
+    return best_live / cfg.length_penalty_of(length) <= worst

@@ -1,0 +1,78 @@
+"""The `transformer translate` and `transformer import` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from typing import TextIO
+
+from model.config import DecodingConfig
+
+
+def add_decoding_options(p: argparse.ArgumentParser) -> None:
+    """Beam search options shared by every command that decodes; defaults are the paper's (§6.1)."""
+    d = DecodingConfig()
+    p.add_argument("--beam-size", type=int, default=d.beam_size)
+    p.add_argument("--n-best", type=int, default=d.n_best, help="hypotheses printed per input, tab-separated")
+    p.add_argument("--length-penalty", type=float, default=d.length_penalty, help="alpha")
+    p.add_argument("--length-penalty-form", choices=["gnmt", "average"], default=d.length_penalty_form,
+                   help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
+    p.add_argument("--max-len-a", type=float, default=d.max_len_a)
+    p.add_argument("--max-len-b", type=int, default=d.max_len_b)
+    p.add_argument("--min-length", type=int, default=d.min_length)
+    p.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size)
+
+
+def decoding_options(args: argparse.Namespace) -> dict[str, object]:
+    names = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "max_len_a", "max_len_b",
+             "min_length", "no_repeat_ngram_size")
+    return {n: getattr(args, n) for n in names}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("translate", help="translate lines from stdin to stdout, batched")
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    p.add_argument("--scores", action="store_true", help="print each hypothesis' score before it")
+    p.add_argument("--truncate", action="store_true", help="cut inputs longer than the model's limit")
+    add_decoding_options(p)
+    p.set_defaults(run=run_translate)
+
+    p = sub.add_parser("import", help="convert a foreign checkpoint into ours")
+    p.add_argument("format", choices=["marian"], help="marian: a Hugging Face Marian / OPUS-MT directory")
+    p.add_argument("src", help="the directory to import")
+    p.add_argument("out", help="the checkpoint directory to write")
+    p.add_argument("--source-lang", default=None)
+    p.add_argument("--target-lang", default=None)
+    p.set_defaults(run=run_import)
+
+
+def chunks(lines: TextIO, size: int) -> Iterator[list[str]]:
+    it = (line.rstrip("\n") for line in lines)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    from model.translator import Translator
+
+    tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+    options = decoding_options(args)
+    for lines in chunks(sys.stdin, max(args.batch_size * 8, 64)):
+        for t in tr.translate(lines, truncate=args.truncate, max_batch_size=args.batch_size, **options):
+            fields = [f"{h.score:.4f}\t{h.text}" if args.scores else h.text for h in t.hypotheses]
+            print("\t".join(fields), flush=True)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from model.marian import import_marian
+
+    out = import_marian(args.src, args.out, source_lang=args.source_lang, target_lang=args.target_lang)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

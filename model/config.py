@@ -1,0 +1,144 @@
+"""Frozen configs for the architecture (§3, Table 3) and for decoding (§6.1)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from model.errors import ConfigError
+
+Norm = Literal["post", "pre"]
+Activation = Literal["relu", "gelu", "swish"]
+PositionKind = Literal["sinusoidal", "learned"]
+PositionLayout = Literal["interleaved", "halves"]
+LengthPenalty = Literal["gnmt", "average"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The Transformer's hyper-parameters, named as in Table 3 of the paper."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    N: int = 6  # encoder layers
+    d_model: int = 512
+    d_ff: int = 2048
+    h: int = 8
+    p_drop: float = 0.1  # residual dropout and dropout on embeddings + positions (§5.4)
+    N_dec: int | None = None  # decoder layers; None means N, as in the paper
+    max_len: int = 1024  # longest source or target sequence, in tokens
+    # Deviations from the paper, each a named option (the paper's choice is the default):
+    norm: Norm = "post"  # "pre": LayerNorm before each sub-layer, plus a final LayerNorm per stack
+    activation: Activation = "relu"  # OPUS-MT uses "swish"
+    positions: PositionKind = "sinusoidal"  # "learned": a trained table (Table 3, row E)
+    position_layout: PositionLayout = "interleaved"  # "halves": Marian's sin | cos layout
+    scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
+    share_embeddings: bool = True  # one matrix for source and target embeddings (§3.4)
+    tie_output: bool = True  # target embedding doubles as the pre-softmax linear (§3.4)
+    logits_bias: bool = False  # Marian's final_logits_bias
+    ln_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "N", "d_model", "d_ff", "h", "max_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.N_dec is not None and self.N_dec < 1:
+            raise ConfigError(f"N_dec must be positive, got {self.N_dec}")
+        if self.d_model % self.h:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by h ({self.h})")
+        if self.d_model % 2:
+            raise ConfigError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
+        if not 0.0 <= self.p_drop < 1.0:
+            raise ConfigError(f"p_drop must be in [0, 1), got {self.p_drop}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError(
+                "share_embeddings needs one vocabulary, but src_vocab_size "
+                f"({self.src_vocab_size}) != tgt_vocab_size ({self.tgt_vocab_size})"
+            )
+        _check_choice("norm", self.norm, ("post", "pre"))
+        _check_choice("activation", self.activation, ("relu", "gelu", "swish"))
+        _check_choice("positions", self.positions, ("sinusoidal", "learned"))
+        _check_choice("position_layout", self.position_layout, ("interleaved", "halves"))
+
+    @property
+    def d_k(self) -> int:
+        """Per-head width d_k = d_v = d_model / h (§3.2.2)."""
+        return self.d_model // self.h
+
+    @property
+    def n_dec(self) -> int:
+        return self.N if self.N_dec is None else self.N_dec
+
+    @classmethod
+    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int | None = None,
+                    **overrides: Any) -> ModelConfig:
+        """A Table 3 preset (``base`` or ``big``) or the small CPU ``tiny``/``small`` shapes."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        tgt = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
+        return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt, **{**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown model config keys: {unknown}")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise ConfigError(str(e)) from e
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Table 3: N, d_model, d_ff, h, P_drop
+    "base": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8, "p_drop": 0.1},
+    "big": {"N": 6, "d_model": 1024, "d_ff": 4096, "h": 16, "p_drop": 0.3},
+    # Not in the paper: shapes that train in minutes on a laptop CPU.
+    "small": {"N": 3, "d_model": 256, "d_ff": 1024, "h": 4, "p_drop": 0.1},
+    "tiny": {"N": 2, "d_model": 64, "d_ff": 128, "h": 4, "p_drop": 0.0},
+}
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Beam search settings; the defaults are the paper's (§6.1)."""
+
+    beam_size: int = 4
+    n_best: int = 1
+    length_penalty: float = 0.6  # alpha
+    length_penalty_form: LengthPenalty = "gnmt"  # "gnmt": ((5+|Y|)/6)^a; "average": |Y|^a
+    max_len_a: float = 1.0  # longest output = a * source length + b (tokens, EOS not counted)
+    max_len_b: int = 50
+    min_length: int = 0  # EOS is banned before this many tokens
+    no_repeat_ngram_size: int = 0  # 0 disables
+    early_stopping: bool = True  # stop a sentence once beam_size hypotheses have ended
+    banned_ids: tuple[int, ...] = field(default=())  # never generated (pad, decoder start)
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ConfigError(f"beam_size must be at least 1, got {self.beam_size}")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ConfigError(f"n_best must be between 1 and beam_size ({self.beam_size}), got {self.n_best}")
+        if self.max_len_a < 0 or self.max_len_b < 0:
+            raise ConfigError("max_len_a and max_len_b must not be negative")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise ConfigError("max_len_a and max_len_b cannot both be 0")
+        if self.min_length < 0 or self.no_repeat_ngram_size < 0:
+            raise ConfigError("min_length and no_repeat_ngram_size must not be negative")
+        _check_choice("length_penalty_form", self.length_penalty_form, ("gnmt", "average"))
+
+    def length_penalty_of(self, length: int) -> float:
+        """lp(Y): GNMT's ((5+|Y|)/6)^alpha as in the paper, or fairseq's |Y|^alpha."""
+        if self.length_penalty_form == "gnmt":
+            return float(((5.0 + length) / 6.0) ** self.length_penalty)
+        return float(length**self.length_penalty)
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {choices}, got {value!r}")

@@ -1,0 +1,175 @@
+"""The Transformer's building blocks, in the paper's reading order (§3.2-§3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+
+KV = tuple[Tensor, Tensor]
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+              need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1, Eq. 1).
+
+    q: (B, h, T, d_k); k, v: (B, h, S, d_k); mask: bool, True where a key may be attended,
+    broadcastable to (B, h, T, S). Weights are computed explicitly only when asked for.
+    """
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal), None
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
+    if causal:
+        T, S = scores.shape[-2:]
+        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+def split_heads(x: Tensor, h: int) -> Tensor:
+    B, T, _ = x.shape
+    return x.view(B, T, h, -1).transpose(1, 2)  # (B, h, T, d_k)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    B, h, T, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, d_model)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused Q/K/V projection (§3.2.2)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.h = cfg.h
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, past: KV | None = None,
+                need_weights: bool = False) -> tuple[Tensor, KV, Tensor | None]:
+        """x: (B, T, d_model); past: keys and values of earlier steps, each (B, h, t, d_k)."""
+        B, T, d_model = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.h, d_model // self.h)  # (B, T, 3, h, d_k)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)  # (B, h, t + T, d_k)
+            v = torch.cat([past[1], v], dim=2)
+        y, weights = attention(q, k, v, mask, causal, need_weights)
+        return self.out(merge_heads(y)), (k, v), weights
+
+
+class CrossAttention(nn.Module):
+    """Encoder-decoder attention: queries from the decoder, keys and values from the encoder (§3.2.3)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.h = cfg.h
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def project_kv(self, memory: Tensor) -> KV:
+        """Keys and values of the encoder output, computed once per source sentence."""
+        B, S, d_model = memory.shape
+        kv = self.kv(memory).view(B, S, 2, self.h, d_model // self.h)  # (B, S, 2, h, d_k)
+        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # 2 x (B, h, S, d_k)
+        return k, v
+
+    def forward(self, x: Tensor, kv: KV, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x: (R, T, d_model) where R = B * beams rows share each of the B sources in kv."""
+        R, T, d_model = x.shape
+        B = kv[0].size(0)
+        # Beams of one sentence attend to the same keys: fold them into the query axis.
+        q = self.q(x).view(B, R // B * T, self.h, d_model // self.h).transpose(1, 2)  # (B, h, beams*T, d_k)
+        y, weights = attention(q, kv[0], kv[1], mask, need_weights=need_weights)
+        y = y.transpose(1, 2).reshape(R, T, d_model)  # (R, T, d_model)
+        if weights is not None:
+            S = weights.size(-1)
+            weights = weights.view(B, self.h, R // B, T, S).transpose(1, 2).reshape(R, self.h, T, S)
+        return self.out(y), weights
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network, max(0, xW1 + b1)W2 + b2 (§3.3, Eq. 2)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.act = ACTIVATIONS[cfg.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.act(self.w1(x)))
+
+
+class Residual(nn.LayerNorm):
+    """LayerNorm(x + Dropout(Sublayer(x))) around each sub-layer (§3.1, §5.4); pre-LN as an option."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg.d_model, eps=cfg.ln_eps)
+        self.pre = cfg.norm == "pre"
+        self.drop = nn.Dropout(cfg.p_drop)
+
+    def enter(self, x: Tensor) -> Tensor:
+        """The sub-layer's input: x itself (post-LN) or LayerNorm(x) (pre-LN)."""
+        return super().forward(x) if self.pre else x
+
+    def exit(self, x: Tensor, y: Tensor) -> Tensor:
+        """Add the sub-layer's output y back onto x."""
+        x = x + self.drop(y)
+        return x if self.pre else super().forward(x)
+
+
+def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
+
+    layout "halves" puts every sin first and every cos second, as Marian does.
+    """
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,)
+    angle = pos / 10000.0 ** (two_i / d_model)  # (max_len, d_model / 2)
+    pe = torch.empty(max_len, d_model, dtype=torch.float64)
+    if layout == "interleaved":
+        pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    else:
+        half = d_model // 2
+        pe[:, :half], pe[:, half:] = angle.sin(), angle.cos()
+    return pe.float()
+
+
+class Embedding(nn.Module):
+    """Token embedding times sqrt(d_model), plus positions, then dropout (§3.4, §3.5, §5.4)."""
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.positions: nn.Embedding | None = None
+        if cfg.positions == "learned":
+            self.positions = nn.Embedding(cfg.max_len, cfg.d_model)
+        else:
+            self.register_buffer("table", sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout),
+                                 persistent=False)
+        self.drop = nn.Dropout(cfg.p_drop)
+
+    def position(self, start: int, length: int) -> Tensor:
+        """Position vectors for positions start .. start + length - 1: (length, d_model)."""
+        if self.positions is not None:
+            return self.positions.weight[start:start + length]
+        table: Tensor = self.table
+        return table[start:start + length]
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""
+        x = self.tokens(ids) * self.scale + self.position(start, ids.size(1))
+        return self.drop(x)

@@ -1,0 +1,153 @@
+"""Import of Hugging Face Marian (OPUS-MT) checkpoints into our checkpoint format.
+
+What differs from the paper (sin|cos halves, swish, final logits bias, pad as decoder start)
+becomes named ModelConfig options; see the notes on the Marian format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from model.checkpoint import CheckpointMeta, save_checkpoint
+from model.config import ModelConfig
+from model.errors import CheckpointError
+from model.tokenizer import SpecialIds, TokenizerConfig
+from model.transformer import Transformer
+
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+
+
+def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
+    """Our ModelConfig for a Hugging Face MarianConfig dict."""
+    if hf.get("model_type") != "marian":
+        raise CheckpointError(path, f"model_type is {hf.get('model_type')!r}, not 'marian'")
+    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or \
+            hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
+        raise CheckpointError(path, "encoder and decoder of different widths are not supported")
+    if hf.get("normalize_before", False) or hf.get("add_final_layer_norm", False):
+        raise CheckpointError(path, "pre-LN Marian variants are not supported")
+    activation = ACTIVATIONS.get(hf.get("activation_function", "gelu"))
+    if activation is None:
+        raise CheckpointError(path, f"activation {hf.get('activation_function')!r} is not supported")
+    vocab = hf["vocab_size"]
+    shared = hf.get("share_encoder_decoder_embeddings", True)
+    return ModelConfig(
+        src_vocab_size=vocab, tgt_vocab_size=vocab if shared else hf.get("decoder_vocab_size") or vocab,
+        N=hf["encoder_layers"], N_dec=hf["decoder_layers"], d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
+        h=hf["encoder_attention_heads"], p_drop=float(hf.get("dropout", 0.1)),
+        max_len=hf.get("max_position_embeddings", 512), activation=activation,  # type: ignore[arg-type]
+        position_layout="halves", scale_embedding=bool(hf.get("scale_embedding", False)),
+        share_embeddings=shared, tie_output=bool(hf.get("tie_word_embeddings", True)), logits_bias=True,
+        ln_eps=1e-5,
+    )
+
+
+def _layer_map(side: str, i: int, cross: bool) -> dict[str, list[str]]:
+    """Our tensor name -> the Marian tensors concatenated (along dim 0) to make it."""
+    hf, ours = f"model.{side}.layers.{i}", f"{side}.{i}"
+    attn = ["q_proj", "k_proj", "v_proj"]
+    m = {f"{ours}.self_attn.qkv.{p}": [f"{hf}.self_attn.{a}.{p}" for a in attn] for p in ("weight", "bias")}
+    norms = {"attn_norm" if side == "encoder" else "self_norm": "self_attn_layer_norm", "ffn_norm": "final_layer_norm"}
+    for p in ("weight", "bias"):
+        m[f"{ours}.self_attn.out.{p}"] = [f"{hf}.self_attn.out_proj.{p}"]
+        m[f"{ours}.ffn.w1.{p}"] = [f"{hf}.fc1.{p}"]
+        m[f"{ours}.ffn.w2.{p}"] = [f"{hf}.fc2.{p}"]
+        for our_norm, hf_norm in norms.items():
+            m[f"{ours}.{our_norm}.{p}"] = [f"{hf}.{hf_norm}.{p}"]
+        if cross:
+            m[f"{ours}.cross_attn.q.{p}"] = [f"{hf}.encoder_attn.q_proj.{p}"]
+            m[f"{ours}.cross_attn.kv.{p}"] = [f"{hf}.encoder_attn.k_proj.{p}", f"{hf}.encoder_attn.v_proj.{p}"]
+            m[f"{ours}.cross_attn.out.{p}"] = [f"{hf}.encoder_attn.out_proj.{p}"]
+            m[f"{ours}.cross_norm.{p}"] = [f"{hf}.encoder_attn_layer_norm.{p}"]
+    return m
+
+
+def _first(f: Any, names: list[str], path: Path) -> torch.Tensor:
+    for name in names:
+        if name in f.keys():
+            return f.get_tensor(name)  # type: ignore[no-any-return]
+    raise CheckpointError(path, f"none of the tensors {names} is present")
+
+
+def convert_weights(cfg: ModelConfig, path: Path) -> Transformer:
+    """A Transformer filled from a Marian model.safetensors."""
+    model = Transformer(cfg)
+    ours = dict(model.named_parameters())
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            mapping = {}
+            for i in range(cfg.N):
+                mapping.update(_layer_map("encoder", i, cross=False))
+            for i in range(cfg.n_dec):
+                mapping.update(_layer_map("decoder", i, cross=True))
+            tensors = {name: torch.cat([_first(f, [hf], path) for hf in parts]) for name, parts in mapping.items()}
+            shared = ["model.shared.weight", "model.encoder.embed_tokens.weight"]
+            tensors["src_embed.tokens.weight"] = _first(f, shared, path)
+            if not cfg.share_embeddings:
+                tensors["tgt_embed.tokens.weight"] = _first(f, ["model.decoder.embed_tokens.weight"], path)
+            if not cfg.tie_output:
+                tensors["out_proj.weight"] = _first(f, ["lm_head.weight"], path)
+            tensors["logits_bias"] = _first(f, ["final_logits_bias"], path).reshape(-1)
+    except SafetensorError as e:
+        raise CheckpointError(path, f"not a valid safetensors file ({e})") from e
+    # Our layers live in ModuleLists named encoder / decoder: "encoder.0.x" is "encoder.0.x" already.
+    missing = sorted(set(ours) - set(tensors))
+    if missing:
+        raise CheckpointError(path, f"no Marian tensors for {missing[:5]}")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            if ours[name].shape != tensor.shape:
+                raise CheckpointError(path, f"{name}: shape {tuple(tensor.shape)}, expected {tuple(ours[name].shape)}")
+            ours[name].copy_(tensor)
+    return model
+
+
+def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str | None = None,
+                  target_lang: str | None = None) -> Path:
+    """Convert a saved Hugging Face Marian directory into our checkpoint directory."""
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    weights = hf_dir / "model.safetensors"
+    if not weights.is_file():
+        hint = " (pytorch_model.bin is a pickle and is never loaded; re-save with safetensors)" \
+            if (hf_dir / "pytorch_model.bin").exists() else ""
+        raise CheckpointError(weights, f"weights file is missing{hint}")
+    config_path = hf_dir / "config.json"
+    try:
+        hf = json.loads(config_path.read_text(encoding="utf-8"))
+        cfg = marian_config(hf, config_path)
+    except FileNotFoundError as e:
+        raise CheckpointError(config_path, "config file is missing") from e
+    except (json.JSONDecodeError, KeyError) as e:
+        raise CheckpointError(config_path, f"not a Marian config ({e!r})") from e
+    pad = hf.get("pad_token_id", cfg.tgt_vocab_size - 1)
+    special = SpecialIds(pad=pad, unk=1, bos=hf.get("decoder_start_token_id", pad), eos=hf.get("eos_token_id", 0),
+                         decoder_start=hf.get("decoder_start_token_id", pad))
+    target_vocab = "target_vocab.json" if (hf_dir / "target_vocab.json").is_file() else "vocab.json"
+    tok = TokenizerConfig(source_model="source.spm", target_model="target.spm", source_vocab="vocab.json",
+                          target_vocab=target_vocab, special=special)
+    for name in tok.files():
+        if not (hf_dir / name).is_file():
+            raise CheckpointError(hf_dir / name, "tokenizer file is missing")
+    model = convert_weights(cfg, weights)
+    langs = _languages(hf_dir)
+    meta = CheckpointMeta(model=cfg, tokenizer=tok, task="translation",
+                          source_lang=source_lang or langs[0], target_lang=target_lang or langs[1],
+                          extra={"imported_from": "marian", "source": str(hf_dir.resolve())})
+    return save_checkpoint(out_dir, model, meta, tokenizer_dir=hf_dir)
+
+
+def _languages(hf_dir: Path) -> tuple[str | None, str | None]:
+    """Source and target languages from tokenizer_config.json, when it names them."""
+    path = hf_dir / "tokenizer_config.json"
+    if not path.is_file():
+        return None, None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None, None
+    return data.get("source_lang"), data.get("target_lang")

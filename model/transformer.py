@@ -1,0 +1,163 @@
+"""The encoder-decoder Transformer (§3.1, Figure 1), with incremental decoding for search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.cache import DecoderCache, LayerCache
+from model.config import ModelConfig
+from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention
+
+
+def key_mask(src_mask: Tensor) -> Tensor:
+    """(B, S) True-on-tokens -> (B, 1, 1, S), broadcast over heads and queries."""
+    return src_mask[:, None, None, :]
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the position-wise FFN, each a residual sub-layer (§3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(cfg)
+        self.attn_norm = Residual(cfg)
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = Residual(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, _, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights)
+        x = self.attn_norm.exit(x, a)
+        x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
+        return x, weights
+
+
+@dataclass(frozen=True)
+class DecoderLayerOutput:
+    x: Tensor  # (R, T, d_model)
+    self_kv: KV  # keys and values of every step so far, each (R, h, t, d_k)
+    self_weights: Tensor | None  # (R, h, T, t)
+    cross_weights: Tensor | None  # (R, h, T, S)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then the FFN (§3.1)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(cfg)
+        self.self_norm = Residual(cfg)
+        self.cross_attn = CrossAttention(cfg)
+        self.cross_norm = Residual(cfg)
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = Residual(cfg)
+
+    def forward(self, x: Tensor, cross_kv: KV, src_mask: Tensor, past: KV | None = None,
+                need_weights: bool = False) -> DecoderLayerOutput:
+        # Without past, T > 1 positions are decoded at once and must not see the future.
+        a, self_kv, self_w = self.self_attn(self.self_norm.enter(x), causal=past is None and x.size(1) > 1,
+                                            past=past, need_weights=need_weights)
+        x = self.self_norm.exit(x, a)
+        c, cross_w = self.cross_attn(self.cross_norm.enter(x), cross_kv, src_mask, need_weights)
+        x = self.cross_norm.exit(x, c)
+        x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
+        return DecoderLayerOutput(x, self_kv, self_w, cross_w)
+
+
+@dataclass(frozen=True)
+class Attentions:
+    """Attention weights per layer, each (B, h, queries, keys); returned only when asked for."""
+
+    encoder: list[Tensor]
+    decoder: list[Tensor]
+    cross: list[Tensor]
+
+
+class Transformer(nn.Module):
+    """Encoder and decoder stacks with tied embeddings and pre-softmax linear (§3, §3.4)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        src_tokens = nn.Embedding(cfg.src_vocab_size, cfg.d_model)
+        tgt_tokens = src_tokens if cfg.share_embeddings else nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.src_embed = Embedding(cfg, src_tokens)
+        self.tgt_embed = Embedding(cfg, tgt_tokens)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.N))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec))
+        # Pre-LN stacks end in a LayerNorm of their own; post-LN ones already end normalised.
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else nn.Identity()
+        self.out_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices, zero biases, N(0, d_model^-0.5) embeddings."""
+        for name, p in self.named_parameters():
+            if "tokens" in name or "positions" in name:
+                nn.init.normal_(p, std=self.cfg.d_model**-0.5)
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    # -- encoder ----------------------------------------------------------------------------
+
+    def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """src: (B, S) ids, src_mask: (B, S) bool -> memory (B, S, d_model) and per-layer weights."""
+        x, mask, weights = self.src_embed(src), key_mask(src_mask), []
+        for layer in self.encoder:
+            x, w = layer(x, mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return self.encoder_norm(x), weights
+
+    # -- decoder, all positions at once (training, forced decoding) -------------------------
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
+               need_weights: bool = False) -> tuple[Tensor, Attentions]:
+        """tgt: (B, T) shifted-right ids -> hidden states (B, T, d_model) and attention weights."""
+        x, mask = self.tgt_embed(tgt), key_mask(src_mask)
+        attn = Attentions([], [], [])
+        for layer in self.decoder:
+            out = layer(x, layer.cross_attn.project_kv(memory), mask, need_weights=need_weights)
+            x = out.x
+            if out.self_weights is not None and out.cross_weights is not None:
+                attn.decoder.append(out.self_weights)
+                attn.cross.append(out.cross_weights)
+        return self.decoder_norm(x), attn
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The pre-softmax linear, sharing the target embedding matrix (§3.4)."""
+        weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
+        return F.linear(hidden, weight, self.logits_bias)
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, tgt_vocab_size) for training."""
+        memory, _ = self.encode(src, src_mask)
+        hidden, _ = self.decode(tgt, memory, src_mask)
+        return self.logits(hidden)
+
+    # -- decoder, one step at a time (search) -----------------------------------------------
+
+    def start_cache(self, memory: Tensor, src_mask: Tensor) -> DecoderCache:
+        """Cross-attention keys and values for every layer, computed once per source."""
+        B, _, d_model = memory.shape
+        empty = memory.new_zeros(B, self.cfg.h, 0, self.cfg.d_k)  # (B, h, 0, d_k)
+        layers = tuple(LayerCache(empty, empty, *layer.cross_attn.project_kv(memory)) for layer in self.decoder)
+        return DecoderCache(layers=layers, src_mask=key_mask(src_mask), step=0)
+
+    def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache."""
+        x = self.tgt_embed(tokens[:, None], start=cache.step)  # (R, 1, d_model)
+        layers = []
+        for layer, state in zip(self.decoder, cache.layers, strict=True):
+            out = layer(x, (state.cross_k, state.cross_v), cache.src_mask, past=(state.k, state.v))
+            x = out.x
+            layers.append(LayerCache(*out.self_kv, state.cross_k, state.cross_v))
+        logits = self.logits(self.decoder_norm(x[:, 0]))
+        return logits, DecoderCache(tuple(layers), cache.src_mask, cache.step + 1)

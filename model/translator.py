@@ -1,0 +1,187 @@
+"""The Translator API, in CTranslate2's style: load a checkpoint, translate batches of text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from model.beam import Hypothesis, beam_search
+from model.checkpoint import CheckpointMeta, load_checkpoint
+from model.config import DecodingConfig
+from model.errors import ConfigError, InputError, InputTooLongError
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention of one hypothesis; every tensor is (N, h, queries, keys) on the CPU, in float32."""
+
+    source_tokens: list[str]  # source pieces, ending in EOS
+    target_tokens: list[str]  # output pieces, ending in EOS
+    cross: Tensor  # (N_dec, h, T, S): each output token over the source (§3.2.3)
+    encoder: Tensor | None = None  # (N, h, S, S)
+    decoder: Tensor | None = None  # (N_dec, h, T, T), causal
+
+
+@dataclass(frozen=True)
+class Result:
+    """One hypothesis as text."""
+
+    text: str
+    tokens: list[str]
+    score: float
+    attention: AttentionMaps | None = None
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The n-best list of one input, best first; text, tokens, score and attention are the best one's."""
+
+    hypotheses: list[Result] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.hypotheses[0].tokens
+
+    @property
+    def score(self) -> float:
+        return self.hypotheses[0].score
+
+    @property
+    def attention(self) -> AttentionMaps | None:
+        return self.hypotheses[0].attention
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Translator:
+    """Batched beam-search translation (or summarization) with one loaded checkpoint."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, meta: CheckpointMeta) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.meta = meta
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None, dtype: str = "auto",
+             threads: int | None = None) -> Translator:
+        """Load a checkpoint directory onto device (default: CUDA when available), dtype float32 on CPU
+        and bfloat16 on CUDA unless given; threads fixes the number of CPU threads."""
+        device = device or default_device()
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}")
+        if threads is not None:
+            torch.set_num_threads(threads)
+        model, meta = load_checkpoint(path, device=device, dtype=DTYPES[dtype])
+        return cls(model, Tokenizer(path, meta.tokenizer), meta)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def decoding_config(self, **options: Any) -> DecodingConfig:
+        """A DecodingConfig from keyword options, checked; unknown names are errors."""
+        try:
+            return DecodingConfig(**options)
+        except TypeError as e:
+            raise ConfigError(str(e)) from e
+
+    def encode(self, texts: Sequence[str], truncate: bool = False) -> list[list[int]]:
+        """Source ids per text, each within the model's length limit."""
+        if isinstance(texts, str):
+            raise InputError("texts must be a list of strings, not one string")
+        limit = self.model.cfg.max_len
+        out = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InputError(f"input {i} is {type(text).__name__}, not a string")
+            ids = self.tokenizer.encode_source(text)
+            if len(ids) > limit:
+                if not truncate:
+                    raise InputTooLongError(i, len(ids), limit)
+                ids = ids[:limit - 1] + [self.tokenizer.special.eos]
+            out.append(ids)
+        return out
+
+    def translate(self, texts: Sequence[str], beam_size: int = 4, n_best: int = 1, length_penalty: float = 0.6,
+                  max_len_a: float = 1.0, max_len_b: int = 50, return_attention: bool = False,
+                  truncate: bool = False, max_batch_size: int = 32, max_batch_tokens: int = 8192,
+                  **options: Any) -> list[Translation]:
+        """Translate texts; further options (min_length, no_repeat_ngram_size, length_penalty_form,
+        early_stopping) are DecodingConfig fields. Returns one Translation per text, in order."""
+        cfg = self.decoding_config(beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
+                                   max_len_a=max_len_a, max_len_b=max_len_b, **options)
+        ids = self.encode(texts, truncate)
+        results: list[Translation | None] = [None] * len(ids)
+        for batch in length_batches(ids, max_batch_size, max_batch_tokens):
+            hyps = self.search([ids[i] for i in batch], cfg)
+            for i, nbest in zip(batch, hyps, strict=True):
+                results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
+        return [r for r in results if r is not None]
+
+    def search(self, batch: list[list[int]], cfg: DecodingConfig) -> list[list[Hypothesis]]:
+        """Beam search over one batch of source ids."""
+        src, src_mask = pad_batch(batch, self.tokenizer.special.pad, self.device)
+        return beam_search(self.model, src, src_mask, cfg, self.tokenizer.special)
+
+    def result(self, src_ids: list[int], hyp: Hypothesis, return_attention: bool) -> Result:
+        tokens = self.tokenizer.target_pieces(hyp.tokens)
+        attention = self.attention(src_ids, hyp.tokens) if return_attention else None
+        return Result(self.tokenizer.decode_target(hyp.tokens), tokens, hyp.score, attention)
+
+    @torch.inference_mode()
+    def attention(self, src_ids: list[int], out_ids: list[int]) -> AttentionMaps:
+        """Attention maps of a given output, recomputed with teacher forcing (equal to those of search)."""
+        special = self.tokenizer.special
+        src = torch.tensor([src_ids], device=self.device)
+        mask = torch.ones_like(src, dtype=torch.bool)
+        tgt = torch.tensor([[special.decoder_start, *out_ids]], device=self.device)
+        memory, enc = self.model.encode(src, mask, need_weights=True)
+        _, dec = self.model.decode(tgt, memory, mask, need_weights=True)
+        stack = lambda maps: torch.cat(maps).float().cpu()  # noqa: E731 - N x (1, h, T, S) -> (N, h, T, S)
+        return AttentionMaps(
+            source_tokens=[self.tokenizer.source.pieces[i] for i in src_ids],
+            target_tokens=self.tokenizer.target_pieces([*out_ids, special.eos]),
+            cross=stack(dec.cross), encoder=stack(enc), decoder=stack(dec.decoder),
+        )
+
+
+def pad_batch(batch: list[list[int]], pad: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """Right-pad id lists into (B, S) ids and a (B, S) bool mask, True on real tokens."""
+    S = max(len(ids) for ids in batch)
+    src = torch.full((len(batch), S), pad, dtype=torch.long)
+    for i, ids in enumerate(batch):
+        src[i, :len(ids)] = torch.tensor(ids)
+    mask = torch.arange(S)[None, :] < torch.tensor([len(ids) for ids in batch])[:, None]
+    return src.to(device), mask.to(device)
+
+
+def length_batches(ids: list[list[int]], max_size: int, max_tokens: int) -> Iterator[list[int]]:
+    """Indices of ids in batches of similar length, each at most max_size sentences and max_tokens
+    tokens counting padding."""
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batch: list[int] = []
+    for i in order:
+        longest = len(ids[i])  # sorted, so the newest is the longest
+        if batch and (len(batch) == max_size or (len(batch) + 1) * longest > max_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
