@@ -12,15 +12,23 @@ from torch import Tensor
 class LayerCache:
     """One decoder layer's state.
 
-    k, v: self-attention keys and values of the steps so far, (R, h, t, d_k), one row per hypothesis.
+    kv: self-attention keys and values of the steps so far, in a buffer with room to grow,
+    (capacity, 2, R, h, d_k) with one row per hypothesis; positions < DecoderCache.step are filled.
+    Time-major, so that reordering copies only the filled prefix, in one contiguous block.
+    spare: a second buffer of the same shape that reordering writes into (the two swap).
     cross_k, cross_v: encoder-decoder keys and values, (B, h, S, d_k), one row per source sentence,
     computed once; the R = B * beams hypotheses of a sentence share them.
     """
 
-    k: Tensor
-    v: Tensor
+    kv: Tensor
+    spare: Tensor
     cross_k: Tensor
     cross_v: Tensor
+
+    def keys_values(self, length: int) -> tuple[Tensor, Tensor]:
+        """Views of the first `length` positions, each (R, h, length, d_k)."""
+        kv = self.kv[:length]  # (length, 2, R, h, d_k)
+        return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
 
 
 @dataclass(frozen=True)
@@ -34,31 +42,51 @@ class DecoderCache:
     @property
     def rows(self) -> int:
         """R, the number of hypotheses being decoded."""
-        return self.layers[0].k.size(0)
+        return self.layers[0].kv.size(2)
 
     @property
     def sentences(self) -> int:
         """B, the number of source sentences."""
         return self.src_mask.size(0)
 
-    def reorder(self, beam_idx: Tensor) -> DecoderCache:
-        """Keep row beam_idx[i] of the current hypotheses as new row i.
+    @property
+    def capacity(self) -> int:
+        return self.layers[0].kv.size(0)
+
+    def grown(self) -> DecoderCache:
+        """The same state with room for twice as many positions."""
+        def grow(buf: Tensor) -> Tensor:
+            bigger = buf.new_empty(2 * buf.size(0), *buf.shape[1:])
+            bigger[:self.step] = buf[:self.step]
+            return bigger
+
+        layers = tuple(replace(layer, kv=grow(layer.kv), spare=layer.spare.new_empty(2 * self.capacity,
+                                                                                  *layer.spare.shape[1:]))
+                       for layer in self.layers)
+        return replace(self, layers=layers)
+
+    def reorder(self, beam_idx: Tensor, beams: int | None = None) -> DecoderCache:
+        """Keep hypothesis beam_idx[i] as new row i, with `beams` rows per sentence (default: as now).
 
         Rows of one sentence stay contiguous; sentences may be dropped (finished) but never
-        reordered, and the number of rows per sentence may change (1 -> beam size after step 0).
+        reordered, and the rows per sentence may change (1 -> beam size after the first step).
         """
-        beams = self.rows // self.sentences
-        kept = torch.unique_consecutive(beam_idx // beams)  # source sentences that remain, in order
-        assert bool((kept[1:] > kept[:-1]).all()), "beam_idx must keep sentences in order"
+        old_beams = self.rows // self.sentences
+        new_beams = old_beams if beams is None else beams
+        kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
         same_sources = kept.numel() == self.sentences
-        layers = tuple(
-            LayerCache(
-                k=layer.k.index_select(0, beam_idx),
-                v=layer.v.index_select(0, beam_idx),
+        t = self.step
+        layers = []
+        for layer in self.layers:
+            kv, spare = layer.spare, layer.kv
+            if beam_idx.numel() != self.rows:  # a new number of rows: new buffers
+                kv = layer.kv.new_empty(layer.kv.size(0), 2, beam_idx.numel(), *layer.kv.shape[3:])
+                spare = torch.empty_like(kv)
+            torch.index_select(layer.kv[:t], 2, beam_idx, out=kv[:t])
+            layers.append(LayerCache(
+                kv=kv, spare=spare,
                 cross_k=layer.cross_k if same_sources else layer.cross_k.index_select(0, kept),
                 cross_v=layer.cross_v if same_sources else layer.cross_v.index_select(0, kept),
-            )
-            for layer in self.layers
-        )
+            ))
         src_mask = self.src_mask if same_sources else self.src_mask.index_select(0, kept)
-        return replace(self, layers=layers, src_mask=src_mask)
+        return replace(self, layers=tuple(layers), src_mask=src_mask)

@@ -81,7 +81,7 @@ def read_meta(directory: str | Path) -> CheckpointMeta:
 
 def unique_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     """Parameters and persistent buffers, each tied tensor under its first name only."""
-    tensors = dict(model.named_parameters())
+    tensors: dict[str, torch.Tensor] = dict(model.named_parameters())
     persistent = model.state_dict(keep_vars=True)
     tensors.update({n: b for n, b in model.named_buffers() if n in persistent})
     return {n: t.detach().contiguous() for n, t in tensors.items()}

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 from itertools import islice
-from typing import TextIO
+from typing import Any, TextIO
 
 from model.config import DecodingConfig
 
@@ -25,13 +25,13 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size)
 
 
-def decoding_options(args: argparse.Namespace) -> dict[str, object]:
+def decoding_options(args: argparse.Namespace) -> dict[str, Any]:
     names = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "max_len_a", "max_len_b",
              "min_length", "no_repeat_ngram_size")
     return {n: getattr(args, n) for n in names}
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("translate", help="translate lines from stdin to stdout, batched")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")

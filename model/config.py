@@ -112,11 +112,14 @@ class DecodingConfig:
     n_best: int = 1
     length_penalty: float = 0.6  # alpha
     length_penalty_form: LengthPenalty = "gnmt"  # "gnmt": ((5+|Y|)/6)^a; "average": |Y|^a
-    max_len_a: float = 1.0  # longest output = a * source length + b (tokens, EOS not counted)
+    max_len_a: float = 1.0  # longest output = a * source length + b tokens; one that long ends without EOS
     max_len_b: int = 50
     min_length: int = 0  # EOS is banned before this many tokens
     no_repeat_ngram_size: int = 0  # 0 disables
-    early_stopping: bool = True  # stop a sentence once beam_size hypotheses have ended
+    # False: stop a sentence once no live hypothesis can beat the beam_size-th best ended one, as
+    # tensor2tensor does ("early termination when possible"). True: stop as soon as beam_size
+    # hypotheses have ended (fairseq; transformers' early_stopping=True): faster, but can miss the best.
+    early_stopping: bool = False
     banned_ids: tuple[int, ...] = field(default=())  # never generated (pad, decoder start)
 
     def __post_init__(self) -> None:

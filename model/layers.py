@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.cache import LayerCache
 from model.config import ModelConfig
 
 KV = tuple[Tensor, Tensor]
@@ -52,17 +54,23 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False, past: KV | None = None,
-                need_weights: bool = False) -> tuple[Tensor, KV, Tensor | None]:
-        """x: (B, T, d_model); past: keys and values of earlier steps, each (B, h, t, d_k)."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """All positions at once. x: (B, T, d_model)."""
         B, T, d_model = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.h, d_model // self.h)  # (B, T, 3, h, d_k)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k)
-        if past is not None:
-            k = torch.cat([past[0], k], dim=2)  # (B, h, t + T, d_k)
-            v = torch.cat([past[1], v], dim=2)
         y, weights = attention(q, k, v, mask, causal, need_weights)
-        return self.out(merge_heads(y)), (k, v), weights
+        return self.out(merge_heads(y)), weights
+
+    def step(self, x: Tensor, cache: LayerCache, t: int) -> Tensor:
+        """One new position t per row. x: (R, 1, d_model); its keys and values go into cache.kv[t]."""
+        R, _, d_model = x.shape
+        qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
+        cache.kv[t] = qkv[:, 1:].transpose(0, 1)  # (2, R, h, d_k)
+        k, v = cache.keys_values(t + 1)  # each (R, h, t + 1, d_k)
+        y, _ = attention(qkv[:, 0, :, None], k, v)  # (R, h, 1, d_k)
+        return self.out(merge_heads(y))
 
 
 class CrossAttention(nn.Module):
@@ -96,7 +104,7 @@ class CrossAttention(nn.Module):
         return self.out(y), weights
 
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
 
 
 class FeedForward(nn.Module):
@@ -166,8 +174,7 @@ class Embedding(nn.Module):
         """Position vectors for positions start .. start + length - 1: (length, d_model)."""
         if self.positions is not None:
             return self.positions.weight[start:start + length]
-        table: Tensor = self.table
-        return table[start:start + length]
+        return self.get_buffer("table")[start:start + length]
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""

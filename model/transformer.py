@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +30,7 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = Residual(cfg)
 
     def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        a, _, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights)
+        a, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights)
         x = self.attn_norm.exit(x, a)
         x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
         return x, weights
@@ -37,10 +38,9 @@ class EncoderLayer(nn.Module):
 
 @dataclass(frozen=True)
 class DecoderLayerOutput:
-    x: Tensor  # (R, T, d_model)
-    self_kv: KV  # keys and values of every step so far, each (R, h, t, d_k)
-    self_weights: Tensor | None  # (R, h, T, t)
-    cross_weights: Tensor | None  # (R, h, T, S)
+    x: Tensor  # (B, T, d_model)
+    self_weights: Tensor | None  # (B, h, T, T)
+    cross_weights: Tensor | None  # (B, h, T, S)
 
 
 class DecoderLayer(nn.Module):
@@ -55,16 +55,23 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.ffn_norm = Residual(cfg)
 
-    def forward(self, x: Tensor, cross_kv: KV, src_mask: Tensor, past: KV | None = None,
-                need_weights: bool = False) -> DecoderLayerOutput:
-        # Without past, T > 1 positions are decoded at once and must not see the future.
-        a, self_kv, self_w = self.self_attn(self.self_norm.enter(x), causal=past is None and x.size(1) > 1,
-                                            past=past, need_weights=need_weights)
+    def forward(self, x: Tensor, cross_kv: KV, src_mask: Tensor, need_weights: bool = False) -> DecoderLayerOutput:
+        """All target positions at once; position i sees positions <= i only (§3.2.3)."""
+        a, self_w = self.self_attn(self.self_norm.enter(x), causal=True, need_weights=need_weights)
         x = self.self_norm.exit(x, a)
+        return self._cross_and_ffn(x, cross_kv, src_mask, need_weights, self_w)
+
+    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor, t: int) -> Tensor:
+        """Position t of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
+        x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, t))
+        return self._cross_and_ffn(x, (cache.cross_k, cache.cross_v), src_mask).x
+
+    def _cross_and_ffn(self, x: Tensor, cross_kv: KV, src_mask: Tensor, need_weights: bool = False,
+                       self_w: Tensor | None = None) -> DecoderLayerOutput:
         c, cross_w = self.cross_attn(self.cross_norm.enter(x), cross_kv, src_mask, need_weights)
         x = self.cross_norm.exit(x, c)
         x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
-        return DecoderLayerOutput(x, self_kv, self_w, cross_w)
+        return DecoderLayerOutput(x, self_w, cross_w)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,10 @@ class Transformer(nn.Module):
         self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None
         self.reset_parameters()
 
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        return cast(list[DecoderLayer], list(self.decoder))
+
     def reset_parameters(self) -> None:
         """Xavier-uniform matrices, zero biases, N(0, d_model^-0.5) embeddings."""
         for name, p in self.named_parameters():
@@ -123,7 +134,7 @@ class Transformer(nn.Module):
         """tgt: (B, T) shifted-right ids -> hidden states (B, T, d_model) and attention weights."""
         x, mask = self.tgt_embed(tgt), key_mask(src_mask)
         attn = Attentions([], [], [])
-        for layer in self.decoder:
+        for layer in self.decoder_layers:
             out = layer(x, layer.cross_attn.project_kv(memory), mask, need_weights=need_weights)
             x = out.x
             if out.self_weights is not None and out.cross_weights is not None:
@@ -144,20 +155,26 @@ class Transformer(nn.Module):
 
     # -- decoder, one step at a time (search) -----------------------------------------------
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor) -> DecoderCache:
-        """Cross-attention keys and values for every layer, computed once per source."""
-        B, _, d_model = memory.shape
-        empty = memory.new_zeros(B, self.cfg.h, 0, self.cfg.d_k)  # (B, h, 0, d_k)
-        layers = tuple(LayerCache(empty, empty, *layer.cross_attn.project_kv(memory)) for layer in self.decoder)
+    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
+        """Cross-attention keys and values for every layer, computed once per source, and room for
+        `capacity` target positions (it grows when needed)."""
+        B = memory.size(0)
+        kv = memory.new_empty(capacity, 2, B, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
+        layers = tuple(LayerCache(kv=torch.empty_like(kv), spare=torch.empty_like(kv),
+                                  cross_k=k, cross_v=v)
+                       for k, v in (layer.cross_attn.project_kv(memory) for layer in self.decoder_layers))
         return DecoderCache(layers=layers, src_mask=key_mask(src_mask), step=0)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache."""
-        x = self.tgt_embed(tokens[:, None], start=cache.step)  # (R, 1, d_model)
-        layers = []
-        for layer, state in zip(self.decoder, cache.layers, strict=True):
-            out = layer(x, (state.cross_k, state.cross_v), cache.src_mask, past=(state.k, state.v))
-            x = out.x
-            layers.append(LayerCache(*out.self_kv, state.cross_k, state.cross_v))
+        """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache.
+
+        The cache passed in is consumed: its buffers are written in place.
+        """
+        if cache.step == cache.capacity:
+            cache = cache.grown()
+        t = cache.step
+        x = self.tgt_embed(tokens[:, None], start=t)  # (R, 1, d_model)
+        for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
+            x = layer.step(x, state, cache.src_mask, t)
         logits = self.logits(self.decoder_norm(x[:, 0]))
-        return logits, DecoderCache(tuple(layers), cache.src_mask, cache.step + 1)
+        return logits, replace(cache, step=t + 1)

@@ -7,12 +7,16 @@ import sys
 
 from model import commands as model_commands
 from model.errors import ModelError
+from training import commands as training_commands
+from training.config import TrainConfigError
+from training.data import CorpusError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="transformer", description="Train, run and serve Transformer models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     model_commands.register(sub)
+    training_commands.register(sub)
     return parser
 
 
@@ -20,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except ModelError as e:
+    except (ModelError, TrainConfigError, CorpusError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,0 +1,121 @@
+"""End to end: a tiny model learns a copy task; a killed run resumes exactly; two gloo processes
+train like one; checkpoints average; the CLI drives it all."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model import Translator
+from service.cli import main
+from training.config import from_dict
+from training.trainer import METRICS_FILE, train
+
+ROOT = Path(__file__).parents[2]
+
+
+def copy_corpus(path: Path, n: int = 3000, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with path.open("w") as f:
+        for _ in range(n):
+            s = " ".join(str(rng.randrange(10)) for _ in range(rng.randint(3, 8)))
+            f.write(json.dumps({"source": s, "target": s}) + "\n")
+    return path
+
+
+def settings(run_dir: Path, corpus: Path, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "run_dir": str(run_dir), "source_lang": "xx", "target_lang": "xx",
+        "data": {"corpus": "jsonl", "paths": [str(corpus)]}, "split": {"dev": 0.02, "test": 0.03},
+        "vocab": {"size": 20}, "preset": "tiny", "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
+        "batch_tokens": 800, "warmup": 100, "lr_scale": 0.3, "eps_ls": 0.0, "max_steps": 600,
+        "log_every": 50, "eval_every": 10_000, "save_every": 10_000, "eval_beam_size": 1, "progress": False,
+    }
+    values.update(overrides)
+    return values
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_corpus(tmp_path_factory.mktemp("copy") / "copy.jsonl")
+
+
+def test_tiny_model_learns_to_copy(tmp_path: Path, corpus: Path) -> None:
+    run_dir = train(from_dict(settings(tmp_path / "run", corpus)))
+    assert (run_dir / "checkpoints" / "step_00000600").is_dir() and (run_dir / "best").is_dir()
+    assert (run_dir / "curves.png").stat().st_size > 1000
+    tr = Translator.load(run_dir / "best", device="cpu")
+    test = [json.loads(line) for line in (run_dir / "data" / "test.jsonl").read_text().splitlines()]
+    outputs = tr.translate([p["source"] for p in test], beam_size=4)
+    exact = sum(o.text == p["target"] for o, p in zip(outputs, test, strict=True)) / len(test)
+    assert exact >= 0.95, f"exact match {exact:.2%}"
+    scores = json.loads((run_dir / "test_scores.json").read_text())
+    assert scores["bleu"] > 90 and "nrefs:1" in scores["signature"]
+
+
+def test_killed_run_resumes_with_the_same_loss_curve(tmp_path: Path, corpus: Path) -> None:
+    common = {"max_steps": 40, "log_every": 1, "save_every": 10, "model": {"p_drop": 0.1}, "eps_ls": 0.1}
+    whole = train(from_dict(settings(tmp_path / "whole", corpus, **common)))
+
+    killed = tmp_path / "killed"
+    config = tmp_path / "killed.json"  # JSON is YAML too
+    config.write_text(json.dumps(settings(killed, corpus, **common)))
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "train", "--config", str(config)], cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints" / "step_00000020").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "checkpoints" / "step_00000040").exists()
+
+    train(from_dict(settings(killed, corpus, **common)))
+    assert losses(killed) == losses(whole)
+    assert len(losses(whole)) == 40
+
+
+def test_two_gloo_processes_train_like_one_with_accumulation(tmp_path: Path, corpus: Path) -> None:
+    common = {"max_steps": 6, "log_every": 1, "save_every": 6, "eval_every": 6}
+    single = train(from_dict(settings(tmp_path / "single", corpus, accumulate=2, **common)))
+    config = tmp_path / "ddp.json"
+    config.write_text(json.dumps(settings(tmp_path / "ddp", corpus, accumulate=1, **common)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+                    "-m", "service.cli", "train", "--config", str(config)], cwd=ROOT, env=env, check=True,
+                   timeout=300)
+    a, b = losses(single), losses(tmp_path / "ddp")
+    assert a.keys() == b.keys() == set(range(1, 7))
+    for step in a:
+        assert a[step] == pytest.approx(b[step], rel=1e-4)
+    w1 = load_file(str(single / "checkpoints" / "step_00000006" / "model.safetensors"))
+    w2 = load_file(str(tmp_path / "ddp" / "checkpoints" / "step_00000006" / "model.safetensors"))
+    for name in w1:
+        torch.testing.assert_close(w1[name], w2[name], rtol=1e-3, atol=2e-4)  # Adam amplifies rounding
+
+
+def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path, corpus: Path) -> None:
+    run_dir = train(from_dict(settings(tmp_path / "avg", corpus, max_steps=6, save_every=2, keep_last=2)))
+    kept = sorted((run_dir / "checkpoints").iterdir())
+    assert [p.name for p in kept] == ["step_00000004", "step_00000006"]
+    assert main(["average", str(run_dir), "--last", "2", "--out", str(tmp_path / "averaged")]) == 0
+    a, b = (load_file(str(p / "model.safetensors")) for p in kept)
+    mean = load_file(str(tmp_path / "averaged" / "model.safetensors"))
+    for name in mean:
+        torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
+    assert Translator.load(tmp_path / "averaged", device="cpu").translate(["1 2 3"])[0].text is not None

@@ -1,0 +1,108 @@
+"""Corpus cleaning (empty lines, length limits, length ratio, duplicates) and a deterministic split."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from training.data import Pair
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Filters applied before training; lengths are in whitespace-separated words."""
+
+    min_words: int = 1
+    max_words: int = 100
+    max_ratio: float = 3.0  # longest side / shortest side, in characters; 0 disables
+    dedup: bool = True
+    collapse_whitespace: bool = True  # newlines and runs of spaces become one space
+
+    def __post_init__(self) -> None:
+        if self.min_words < 1 or self.max_words < self.min_words:
+            raise ValueError("need 1 <= min_words <= max_words")
+        if self.max_ratio < 0:
+            raise ValueError("max_ratio must not be negative")
+
+
+@dataclass
+class CleanStats:
+    kept: int = 0
+    empty: int = 0
+    length: int = 0
+    ratio: int = 0
+    duplicate: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def clean(pairs: Iterable[Pair], cfg: CleanConfig, stats: CleanStats | None = None) -> Iterator[Pair]:
+    """The pairs that pass every filter, in their original order; counts go into stats."""
+    stats = stats if stats is not None else CleanStats()
+    seen: set[bytes] = set()
+    for p in pairs:
+        source, target = p.source.strip(), p.target.strip()
+        if cfg.collapse_whitespace:
+            source, target = " ".join(source.split()), " ".join(target.split())
+        if not source or not target:
+            stats.empty += 1
+            continue
+        words = (len(source.split()), len(target.split()))
+        if min(words) < cfg.min_words or max(words) > cfg.max_words:
+            stats.length += 1
+            continue
+        chars = sorted((len(source), len(target)))
+        if cfg.max_ratio and chars[1] > cfg.max_ratio * chars[0] and chars[1] > 10:
+            stats.ratio += 1
+            continue
+        if cfg.dedup:
+            key = hashlib.blake2b(f"{source}\t{target}".encode(), digest_size=16).digest()
+            if key in seen:
+                stats.duplicate += 1
+                continue
+            seen.add(key)
+        stats.kept += 1
+        yield Pair(source, target, p.origin)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Fractions of dev and test, chosen by a hash of the source text (stable across runs and order);
+    whole origins (catalogs, domains) can be held out into the test split."""
+
+    dev: float = 0.01
+    test: float = 0.01
+    seed: int = 0
+    holdout: tuple[str, ...] = field(default=())
+    max_dev: int = 500  # dev is decoded at every evaluation: keep it small
+    max_test: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.dev < 0 or self.test < 0 or self.dev + self.test >= 1:
+            raise ValueError("dev and test fractions must be >= 0 and sum to less than 1")
+
+
+@dataclass
+class Splits:
+    train: list[Pair] = field(default_factory=list)
+    dev: list[Pair] = field(default_factory=list)
+    test: list[Pair] = field(default_factory=list)
+
+
+def split(pairs: Iterable[Pair], cfg: SplitConfig) -> Splits:
+    """Deterministic train/dev/test split. The same source text always lands in the same split,
+    so a sentence never appears on both sides of the line."""
+    out = Splits()
+    for p in pairs:
+        if p.origin in cfg.holdout:
+            bucket = out.test
+        else:
+            digest = hashlib.blake2b(f"{cfg.seed}\t{p.source}".encode(), digest_size=8).digest()
+            u = int.from_bytes(digest, "big") / 2**64
+            bucket = out.dev if u < cfg.dev else out.test if u < cfg.dev + cfg.test else out.train
+        limit = cfg.max_dev if bucket is out.dev else cfg.max_test if bucket is out.test else None
+        if limit is None or len(bucket) < limit:
+            bucket.append(p)
+    return out
