@@ -54,10 +54,15 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: Decoding
     )
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     banned = torch.tensor(sorted(set(cfg.banned_ids) | set(special.never_generated)), device=src.device)
-    for step in range(max(limits)):
+    for step in range(max(*limits, 1)):
         logits, state.cache = model.step(state.history[:, -1], state.cache)
         logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
+        eos_logp = logp[:, special.eos].clone() if step == 0 and 0 in limits else None
         constrain(logp, state.history, step, cfg, special.eos, banned)
+        if eos_logp is not None:  # a limit of 0 tokens leaves only EOS (rows are sentences at step 0)
+            empty = torch.tensor([n == 0 for n in limits], device=logp.device)
+            logp[empty] = -math.inf
+            logp[empty, special.eos] = eos_logp[empty]
         state = _advance(state, logp, step, cfg, special.eos, finished)
         if not state.alive:
             break

@@ -56,11 +56,11 @@ class DecoderCache:
     def grown(self) -> DecoderCache:
         """The same state with room for twice as many positions."""
         def grow(buf: Tensor) -> Tensor:
-            bigger = buf.new_empty(2 * buf.size(0), *buf.shape[1:])
+            bigger = buf.new_empty(max(1, 2 * buf.size(0)), *buf.shape[1:])
             bigger[:self.step] = buf[:self.step]
             return bigger
 
-        layers = tuple(replace(layer, kv=grow(layer.kv), spare=layer.spare.new_empty(2 * self.capacity,
+        layers = tuple(replace(layer, kv=grow(layer.kv), spare=layer.spare.new_empty(max(1, 2 * self.capacity),
                                                                                   *layer.spare.shape[1:]))
                        for layer in self.layers)
         return replace(self, layers=layers)

@@ -70,9 +70,14 @@ def read_meta(directory: str | Path) -> CheckpointMeta:
         raise CheckpointError(directory, "no such checkpoint directory")
     path = directory / CONFIG_FILE
     if not path.is_file():
-        raise CheckpointError(path, "config file is missing")
+        pickles = [n for n in PICKLE_FILES if (directory / n).exists()]
+        hint = f"; found {pickles[0]}, a pickle, which is never loaded" if pickles else ""
+        raise CheckpointError(path, f"config file is missing{hint}")
     try:
-        return CheckpointMeta.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise CheckpointError(path, "must hold a JSON object")
+        return CheckpointMeta.from_dict(data)
     except json.JSONDecodeError as e:
         raise CheckpointError(path, f"not valid JSON: {e}") from e
     except (KeyError, TypeError, ValueError, ModelError) as e:

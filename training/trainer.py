@@ -240,6 +240,8 @@ class Trainer:
             "ppl": float(torch.tensor(window["nll"] / tokens).exp()), "lr": self.optimizer.param_groups[0]["lr"],
             "tokens_per_s": window["tokens"] / max(window["time"], 1e-9), "elapsed": self.state.elapsed,
         }
+        if self.cluster.device.type == "cuda":
+            row["max_memory_gb"] = torch.cuda.max_memory_allocated(self.cluster.device) / 2**30
         self.log.write(row)
         return row
 

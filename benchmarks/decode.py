@@ -1,0 +1,402 @@
+"""Decoding speed of our beam search against transformers and CTranslate2, on the same random weights.
+
+One run builds a random Hugging Face Marian model (and a SentencePiece tokenizer trained on the fly), hands
+the very same weights to all three engines, decodes the same source ids with each, and prints target
+tokens per second, the speed ratios and how many outputs are token-identical to ours:
+
+    python benchmarks/decode.py --shape small
+    python benchmarks/decode.py --shape base --threads 2 --sentences 64 --json base.json
+
+Every engine decodes ids (no text processing is timed) with beam search, and every output is forced to
+exactly --out-tokens tokens: EOS is banned before that length and the search stops there. Tokens/s counts
+the tokens of each sentence's best hypothesis, EOS not counted, over the wall time of all batches; a
+warm-up batch is run first and not timed, and the best (fastest) of --repeats repeats is reported. The
+engines take turns within each repeat so that noise from other processes falls on all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SHAPES: dict[str, dict[str, int]] = {
+    "small": {"N": 3, "d_model": 256, "d_ff": 1024, "h": 4},
+    "base": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
+}
+ENGINES = ("ours", "transformers", "ctranslate2")
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+EOS, UNK = 0, 1  # Marian's ids; <pad> is the last id (vocab_size - 1) and also the decoder's start symbol
+
+
+class Skip(Exception):
+    """An engine that cannot run here (not installed, no CUDA build, unsupported dtype)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every engine decodes: the same batches of source ids, each ending in EOS."""
+
+    batches: list[list[list[int]]]
+    beam_size: int
+    out_tokens: int
+    pad: int  # also the decoder start symbol
+
+    @property
+    def sentences(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+@dataclass
+class EngineResult:
+    name: str
+    compute: str
+    seconds: list[float] = field(default_factory=list)  # wall time of all batches, per repeat
+    tokens: int = 0  # output tokens of the best hypotheses, EOS not counted
+    outputs: list[list[int]] = field(default_factory=list)  # best hypothesis per sentence, ids without EOS
+    skipped: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / min(self.seconds) if self.seconds else math.nan
+
+    @property
+    def median_tokens_per_s(self) -> float:
+        return self.tokens / statistics.median(self.seconds) if self.seconds else math.nan
+
+
+# -- the shared model ---------------------------------------------------------------------------------
+
+
+def synthetic_text(lines: int, seed: int) -> list[str]:
+    """Lines of made-up words from consonant-vowel syllables (no 'x': padding pieces use it)."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
+
+    def word() -> str:
+        return "".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
+
+    return [" ".join(word() for _ in range(12)) for _ in range(lines)]
+
+
+def write_tokenizer(hf_dir: Path, vocab_size: int, seed: int) -> None:
+    """source.spm = target.spm trained on the fly, and vocab.json padded with synthetic pieces up to
+    vocab_size, '<pad>' last (Marian's layout: </s> = 0, <unk> = 1)."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(synthetic_text(3000, seed)), model_writer=model, vocab_size=min(1000, vocab_size - 1),
+        model_type="unigram", eos_id=EOS, unk_id=UNK, bos_id=-1, pad_id=-1, character_coverage=1.0,
+        minloglevel=2, num_threads=2,
+    )
+    for name in ("source.spm", "target.spm"):
+        (hf_dir / name).write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    k = 0
+    while len(vocab) < vocab_size - 1:
+        vocab.setdefault(f"\u2581x{k}", len(vocab))
+        k += 1
+    vocab["<pad>"] = vocab_size - 1
+    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = MarianTokenizer(source_spm=str(hf_dir / "source.spm"), target_spm=str(hf_dir / "target.spm"),
+                                vocab=str(hf_dir / "vocab.json"), source_lang="src", target_lang="tgt")
+    assert tokenizer.pad_token_id == vocab_size - 1 and tokenizer.eos_token_id == EOS
+    tokenizer.save_pretrained(hf_dir)
+
+
+def write_hf_model(hf_dir: Path, shape: dict[str, int], vocab_size: int, init_std: float, seed: int) -> None:
+    """A random OPUS-MT-like MarianMTModel (swish, scaled and tied embeddings) saved with safetensors.
+
+    A large init_std makes the output distributions peaky, so that engines rarely face near-ties.
+    """
+    from transformers import MarianConfig, MarianMTModel
+
+    pad = vocab_size - 1
+    config = MarianConfig(
+        vocab_size=vocab_size, d_model=shape["d_model"], encoder_layers=shape["N"], decoder_layers=shape["N"],
+        encoder_attention_heads=shape["h"], decoder_attention_heads=shape["h"], encoder_ffn_dim=shape["d_ff"],
+        decoder_ffn_dim=shape["d_ff"], max_position_embeddings=512, activation_function="swish",
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad, forced_eos_token_id=EOS, init_std=init_std,
+    )
+    torch.manual_seed(seed)
+    MarianMTModel(config).save_pretrained(hf_dir)
+
+
+def make_workload(vocab_size: int, sentences: int, batch_size: int, beam_size: int, out_tokens: int,
+                  min_len: int, max_len: int, seed: int) -> Workload:
+    """Random source ids (no special ids), min_len..max_len tokens each counting the final EOS."""
+    rng = random.Random(seed)
+    pad = vocab_size - 1
+    ids = [[rng.randrange(UNK + 1, pad) for _ in range(rng.randint(min_len, max_len) - 1)] + [EOS]
+           for _ in range(sentences)]
+    batches = [ids[i:i + batch_size] for i in range(0, sentences, batch_size)]
+    return Workload(batches, beam_size, out_tokens, pad)
+
+
+# -- the engines: each turns one batch of source ids into the best hypothesis' ids per sentence --------
+
+Decode = Callable[[list[list[int]]], list[list[int]]]
+
+
+def ours_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> tuple[str, Decode]:
+    from model.beam import beam_search
+    from model.config import DecodingConfig
+    from model.marian import import_marian
+    from model.translator import Translator, pad_batch
+
+    import_marian(hf_dir, work / "ours")
+    translator = Translator.load(work / "ours", device=args.device, dtype=args.dtype, threads=args.threads)
+    model, special = translator.model, translator.tokenizer.special
+    assert special.eos == EOS and special.pad == wl.pad, special
+    cfg = DecodingConfig(beam_size=wl.beam_size, n_best=1, min_length=wl.out_tokens, max_len_a=0,
+                         max_len_b=wl.out_tokens, length_penalty=1.0, length_penalty_form="average")
+    device = next(model.parameters()).device
+
+    def decode(batch: list[list[int]]) -> list[list[int]]:
+        src, src_mask = pad_batch(batch, special.pad, device)
+        hyps = beam_search(model, src, src_mask, cfg, special)
+        _synchronize(args.device)
+        return [nbest[0].tokens for nbest in hyps]
+
+    return f"{args.device} {args.dtype}", decode
+
+
+def transformers_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> tuple[str, Decode]:
+    from transformers import MarianMTModel
+
+    torch.set_num_threads(args.threads)
+    model = MarianMTModel.from_pretrained(hf_dir, dtype=TORCH_DTYPES[args.dtype]).to(args.device).eval()
+    options = dict(
+        num_beams=wl.beam_size, num_return_sequences=1, do_sample=False, length_penalty=1.0, early_stopping=True,
+        min_new_tokens=wl.out_tokens, max_new_tokens=wl.out_tokens, use_cache=True,
+        forced_eos_token_id=None,  # Marian's config forces EOS at the last step otherwise
+        bad_words_ids=[[wl.pad]], decoder_start_token_id=wl.pad, pad_token_id=wl.pad, eos_token_id=EOS,
+    )
+
+    def decode(batch: list[list[int]]) -> list[list[int]]:
+        src, mask = _pad(batch, wl.pad, args.device)
+        with torch.inference_mode():
+            out = model.generate(input_ids=src, attention_mask=mask, **options)
+        _synchronize(args.device)
+        return [_until(row[1:].tolist(), (EOS, wl.pad)) for row in out]  # row[0] is the start symbol
+
+    return f"{args.device} {args.dtype}", decode
+
+
+def ctranslate2_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> tuple[str, Decode]:
+    try:
+        import ctranslate2
+    except ImportError as e:
+        raise Skip(f"ctranslate2 is not installed ({e})") from e
+    if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise Skip("this CTranslate2 build has no CUDA support (or sees no GPU)")
+    if args.dtype not in ctranslate2.get_supported_compute_types(args.device):
+        raise Skip(f"compute type {args.dtype} is not supported on {args.device}")
+    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
+    translator = ctranslate2.Translator(str(work / "ct2"), device=args.device, inter_threads=1,
+                                        intra_threads=args.threads, compute_type=args.dtype)
+    vocab: dict[str, int] = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
+    pieces = {i: p for p, i in vocab.items()}
+
+    def decode(batch: list[list[int]]) -> list[list[int]]:
+        # CTranslate2 adds no EOS to the source of a converted Marian model (add_source_eos is false), so
+        # the source ends in '</s>' as for the other engines. max_decoding_length counts output tokens
+        # without EOS and stops there, so min = max = out_tokens gives exactly out_tokens tokens.
+        results = translator.translate_batch(
+            [[pieces[i] for i in ids] for ids in batch], beam_size=wl.beam_size, num_hypotheses=1,
+            length_penalty=1.0, min_decoding_length=wl.out_tokens, max_decoding_length=wl.out_tokens,
+            return_end_token=False, max_batch_size=0,
+        )
+        return [[vocab[p] for p in r.hypotheses[0]] for r in results]
+
+    return f"{args.device} {args.dtype}", decode
+
+
+BUILDERS = {"ours": ours_engine, "transformers": transformers_engine, "ctranslate2": ctranslate2_engine}
+
+
+def _pad(batch: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    S = max(len(ids) for ids in batch)
+    src = torch.tensor([ids + [pad] * (S - len(ids)) for ids in batch], device=device)
+    mask = torch.tensor([[1] * len(ids) + [0] * (S - len(ids)) for ids in batch], device=device)
+    return src, mask
+
+
+def _until(ids: list[int], stops: tuple[int, ...]) -> list[int]:
+    for n, i in enumerate(ids):
+        if i in stops:
+            return ids[:n]
+    return ids
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    shape = SHAPES[args.shape]
+    wl = make_workload(args.vocab_size, args.sentences, args.batch_size, args.beam_size, args.out_tokens,
+                       args.min_src, args.max_src, args.seed)
+    results: dict[str, EngineResult] = {}
+    decoders: dict[str, Decode] = {}
+    with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
+        work = Path(tmp)
+        hf_dir = work / "hf"
+        hf_dir.mkdir()
+        _log(f"building a random Marian model ({args.shape}, vocab {args.vocab_size}) in {hf_dir}")
+        write_tokenizer(hf_dir, args.vocab_size, args.seed)
+        write_hf_model(hf_dir, shape, args.vocab_size, args.init_std, args.seed)
+        for name in args.engines:
+            try:
+                compute, decode = BUILDERS[name](hf_dir, work, wl, args)
+            except Skip as e:
+                _log(f"{name}: skipped: {e}")
+                results[name] = EngineResult(name, "-", skipped=str(e))
+                continue
+            decode(wl.batches[0])  # warm-up, not timed
+            results[name], decoders[name] = EngineResult(name, compute), decode
+            _log(f"{name}: ready ({compute})")
+        for r in range(args.repeats):
+            for name, decode in decoders.items():  # engines take turns, so load from elsewhere hits all alike
+                time.sleep(0.25)  # let the previous engine's idle worker threads stop spinning
+                start = time.perf_counter()
+                outputs = [hyp for batch in wl.batches for hyp in decode(batch)]
+                results[name].seconds.append(time.perf_counter() - start)
+                results[name].outputs = outputs
+                results[name].tokens = sum(len(hyp) for hyp in outputs)
+                _log(f"repeat {r + 1}/{args.repeats} {name}: {results[name].seconds[-1]:.2f} s")
+        summary = report(args, wl, results)
+        if args.profile and "ours" in decoders:
+            profile(decoders["ours"], wl.batches[0], args.profile, args.device)
+    return summary
+
+
+def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult]) -> dict[str, Any]:
+    shape = SHAPES[args.shape]
+    print(f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
+          f"vocab {args.vocab_size}), {args.threads} threads, {wl.sentences} sentences in batches of "
+          f"{args.batch_size}, beam {wl.beam_size}, {wl.out_tokens} output tokens forced, source "
+          f"{args.min_src}-{args.max_src} tokens; best of {args.repeats} repeats after a warm-up batch")
+    base = results.get("ours")
+    print(f"{'engine':<14} {'compute':<16} {'tokens/s':>9} {'median':>9} {'best s':>8} {'tokens':>7} "
+          f"{'distinct/out':>12}  identical to ours")
+    identical: dict[str, int] = {}
+    for name, r in results.items():
+        if r.skipped:
+            print(f"{name:<14} skipped: {r.skipped}")
+            continue
+        same = "-"
+        if base is not None and not base.skipped and name != "ours":
+            identical[name] = sum(a == b for a, b in zip(base.outputs, r.outputs, strict=True))
+            same = f"{identical[name]}/{wl.sentences}"
+        distinct = statistics.mean(len(set(hyp)) for hyp in r.outputs)
+        print(f"{name:<14} {r.compute:<16} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
+              f"{min(r.seconds):>8.2f} {r.tokens:>7} {distinct:>12.1f}  {same}")
+    peers = [r for name, r in results.items() if name != "ours" and not r.skipped]
+    if len(peers) == 2:  # the peers against each other, to tell our differences from theirs
+        identical[f"{peers[0].name}/{peers[1].name}"] = same_peers = sum(
+            a == b for a, b in zip(peers[0].outputs, peers[1].outputs, strict=True))
+        print(f"{peers[0].name} and {peers[1].name} identical: {same_peers}/{wl.sentences}")
+    ratios = {}
+    if base is not None and not base.skipped:
+        for name, r in results.items():
+            if name != "ours" and not r.skipped:
+                ratios[f"ours/{name}"] = base.tokens_per_s / r.tokens_per_s
+                print(f"ours / {name}: {ratios[f'ours/{name}']:.2f}x")
+    return {
+        "settings": {k: v for k, v in vars(args).items() if k != "json"}, "shape": shape,
+        "engines": {name: {k: v for k, v in asdict(r).items() if k != "outputs"}
+                    | {"tokens_per_s": r.tokens_per_s, "median_tokens_per_s": r.median_tokens_per_s}
+                    for name, r in results.items()},
+        "ratios": ratios, "identical": identical, "sentences": wl.sentences,
+    }
+
+
+def profile(decode: Decode, batch: list[list[int]], rows: int, device: str) -> None:
+    """torch.profiler over one batch of our engine: the ops with the most self time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = device.startswith("cuda")
+    with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        decode(batch)
+    print(prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
+                                    row_limit=rows))
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="base")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of every engine")
+    p.add_argument("--sentences", type=int, default=64, help="timed sentences per repeat")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--out-tokens", type=int, default=48, help="output length forced on every engine")
+    p.add_argument("--repeats", type=int, default=3, help="the fastest repeat is reported")
+    p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float32",
+                   help="our engine's dtype; the peers use it too where they can")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--init-std", type=float, default=0.15, help="std of the random weights")
+    p.add_argument("--min-src", type=int, default=10, help="shortest source, EOS included")
+    p.add_argument("--max-src", type=int, default=40, help="longest source, EOS included")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                   help="afterwards, profile one batch of our engine and print this many ops by self time")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    args = p.parse_args(argv)
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = sorted(set(args.engines) - set(ENGINES))
+    if unknown:
+        p.error(f"unknown engines {unknown}; choose from {list(ENGINES)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda, but torch sees no GPU")
+    if not 2 <= args.min_src <= args.max_src:
+        p.error("need 2 <= --min-src <= --max-src")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:  # run as a script from a checkout that is not installed
+        sys.path.insert(0, root)
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    summary = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One short GPU check: decoding speed in fp32, bf16 and fp16 (ours against transformers, same weights),
+# then a few hundred steps of training the paper's base model in bf16 (tokens/s, peak memory).
+# Usage: bash benchmarks/gpu_check.sh [OUT_DIR]     (needs CUDA; nothing is downloaded)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-${OUT:-/tmp/gpu-check}}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
+
+for dtype in float32 bfloat16 float16; do
+    echo "== decode base, $dtype"
+    python3 benchmarks/decode.py --shape base --device cuda --dtype "$dtype" --engines ours,transformers \
+        --sentences 256 --batch-size 64 --repeats 2 --json "$OUT/decode-$dtype.json" | tail -6
+done
+
+echo "== train base, bf16"
+python3 - "$OUT/train-corpus.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(0)
+words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(6000)]
+with open(sys.argv[1], "w") as f:
+    for _ in range(60000):
+        src = [rng.choice(words) for _ in range(rng.randint(8, 40))]
+        f.write(json.dumps({"source": " ".join(src), "target": " ".join(reversed(src))}) + "\n")
+PY
+python3 -m service.cli train run_dir="$OUT/run-base" preset=base data.corpus=jsonl "data.paths=[$OUT/train-corpus.jsonl]" \
+    vocab.size=8000 split.dev=0.002 split.test=0.002 split.max_dev=64 split.max_test=64 \
+    batch_tokens=12500 accumulate=2 max_steps=300 log_every=50 eval_every=100000 save_every=100000 \
+    device=cuda dtype=bfloat16 progress=false
+grep '"loss"' "$OUT/run-base/metrics.jsonl" | tail -3

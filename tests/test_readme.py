@@ -1,0 +1,27 @@
+"""The README's set-up commands are the ones CI runs, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def readme_commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = next(c for c in readme_commands() if "pytest" in c)
+    install, _, run = test_command.partition(" && ")
+    assert run in ci.splitlines(), f"{run!r} is not a line of .ci/run"
+    assert install.replace("pip install", "python3 -m pip install -q") in ci
+
+
+def test_ci_installs_the_cpu_torch_the_readme_names() -> None:
+    first = readme_commands()[0]
+    assert first.startswith("pip install torch==2.13.0 && pip install -e .")
+    assert "python3 -m pip install -q torch==2.13.0" in (ROOT / ".ci" / "run").read_text()
