@@ -147,11 +147,12 @@ class Transformer(nn.Module):
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
         return F.linear(hidden, weight, self.logits_bias)
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, tgt_vocab_size) for training."""
+    def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, keep: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits (B, T, tgt_vocab_size) for training; with keep, a (B, T) bool mask,
+        only those positions' logits, (n, tgt_vocab_size): training skips the padding."""
         memory, _ = self.encode(src, src_mask)
         hidden, _ = self.decode(tgt, memory, src_mask)
-        return self.logits(hidden)
+        return self.logits(hidden if keep is None else hidden[keep])
 
     # -- decoder, one step at a time (search) -----------------------------------------------
 

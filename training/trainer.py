@@ -171,8 +171,9 @@ class Trainer:
             b = b.to(self.cluster.device)
             sync = i == len(batches) - 1 or not isinstance(self.net, DistributedDataParallel)
             with contextlib.nullcontext() if sync else self.net.no_sync(), self.autocast:  # type: ignore[operator]
-                logits = self.net(b.src, b.src_mask, b.tgt_in)
-                loss, nll = label_smoothed_loss(logits, b.tgt_out, self.cfg.eps_ls, special.pad)
+                keep = b.tgt_out != special.pad
+                logits = self.net(b.src, b.src_mask, b.tgt_in, keep)  # (n, V): padding skipped
+                loss, nll = label_smoothed_loss(logits, b.tgt_out[keep], self.cfg.eps_ls, special.pad)
             # DDP averages gradients over ranks, so scale by world / global tokens for a per-token mean.
             (loss * (self.cluster.world / float(tokens))).backward()
             total_loss += float(loss.detach())
