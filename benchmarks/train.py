@@ -6,7 +6,7 @@ label-smoothed loss, backward, Adam with the paper's rate schedule), then prints
 and the ratio ours / transformers:
 
     python benchmarks/train.py --shape small
-    python benchmarks/train.py --shape base --steps 6 --json base.json
+    python benchmarks/train.py --shape base --steps 4 --warmup-steps 2 --json base.json
 
 Tokens/s counts the non-pad target tokens of the timed steps over their wall time. A few warm-up steps run
 first, untimed; the engines then take turns (their order flipped every repeat) for --repeats rounds of
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import math
 import random
@@ -59,12 +60,13 @@ class Workload:
 
 @dataclass
 class Engine:
-    """One model with its optimizer; `logits` runs the teacher-forced forward pass of a batch."""
+    """One model with its optimizer; `logits` runs the teacher-forced forward pass of a batch and returns
+    the logits with the targets they are scored against (pad where a position does not count)."""
 
     name: str
     module: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    logits: Callable[[Any], torch.Tensor]
+    logits: Callable[[Any], tuple[torch.Tensor, torch.Tensor]]
     no_grad_check: tuple[str, ...] = ()  # parameters the peer does not train, left out of the gradient check
     step: int = 0  # optimizer steps taken, for the rate schedule
 
@@ -154,10 +156,13 @@ def ours_engine(hf_dir: Path, args: argparse.Namespace) -> Engine:
     assert cfg.norm == "post" and cfg.position_layout == "halves" and cfg.logits_bias and cfg.p_drop == args.p_drop
     model = convert_weights(cfg, hf_dir / "model.safetensors").to(args.device).train()
     optimizer = make_optimizer(model, args.betas, args.adam_eps)
+    pad = args.vocab_size - 1
 
-    def logits(b: Any) -> torch.Tensor:
-        out: torch.Tensor = model(b.src, b.src_mask, b.tgt_in)
-        return out
+    def logits(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not args.ours_skips_pad:
+            return model(b.src, b.src_mask, b.tgt_in), b.tgt_out
+        keep = b.tgt_out != pad  # as Trainer.step: logits of the non-pad positions only, (n, V)
+        return model(b.src, b.src_mask, b.tgt_in, keep), b.tgt_out[keep]
 
     # Marian's final_logits_bias is a buffer that transformers never trains; ours is a parameter.
     return Engine("ours", model, optimizer, logits, no_grad_check=("logits_bias",))
@@ -169,12 +174,11 @@ def transformers_engine(hf_model: Any, args: argparse.Namespace) -> Engine:
     model = hf_model.to(args.device).train()
     optimizer = make_optimizer(model, args.betas, args.adam_eps)  # frozen positions get no gradient, no update
 
-    def logits(b: Any) -> torch.Tensor:
+    def logits(b: Any) -> tuple[torch.Tensor, torch.Tensor]:
         # No labels (the loss is ours, from the logits) and no cache (training); the decoder's padding needs
         # no mask since it only ever follows the real tokens, which the causal mask keeps from seeing it.
-        out: torch.Tensor = model(input_ids=b.src, attention_mask=b.src_mask, decoder_input_ids=b.tgt_in,
-                                  use_cache=False).logits
-        return out
+        out = model(input_ids=b.src, attention_mask=b.src_mask, decoder_input_ids=b.tgt_in, use_cache=False)
+        return out.logits, b.tgt_out
 
     return Engine("transformers", model, optimizer, logits)
 
@@ -200,9 +204,9 @@ def train_step(engine: Engine, batch: Any, tokens: int, d_model: int, args: argp
     set_rate(engine.optimizer, noam_rate(engine.step, d_model, args.warmup))
     with autocast(args):
         with phase("forward", phases):
-            logits = engine.logits(batch)
+            logits, target = engine.logits(batch)
         with phase("loss", phases):
-            loss, _ = label_smoothed_loss(logits, batch.tgt_out, args.eps_ls, pad)
+            loss, _ = label_smoothed_loss(logits, target, args.eps_ls, pad)
     with phase("backward", phases):
         (loss / tokens).backward()
     value = float(loss.detach())  # as the trainer does: one device sync per step
@@ -222,13 +226,16 @@ def sanity_check(engines: dict[str, Engine], wl: Workload, args: argparse.Namesp
     from training.optim import label_smoothed_loss
 
     batch, tokens = wl.batches[0], wl.tokens[0]
+    keep = batch.tgt_out != wl.pad
     out: dict[str, dict[str, Any]] = {}
     logits: dict[str, torch.Tensor] = {}
     for name, e in engines.items():
         e.module.eval()
         with autocast(args):
-            logits[name] = e.logits(batch)
-            loss, _ = label_smoothed_loss(logits[name], batch.tgt_out, args.eps_ls, wl.pad)
+            logits[name], target = e.logits(batch)
+            loss, _ = label_smoothed_loss(logits[name], target, args.eps_ls, wl.pad)
+        if logits[name].dim() == 3:  # compare the positions that count: (n, V)
+            logits[name] = logits[name][keep]
         (loss / tokens).backward()
         grads, pad_row = [], 0.0
         for n, p in e.module.named_parameters():
@@ -257,7 +264,12 @@ def sanity_check(engines: dict[str, Engine], wl: Workload, args: argparse.Namesp
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from model.transformer import Transformer
+
     torch.set_num_threads(args.threads)
+    # Trainer.step passes keep = (tgt_out != pad) so that only the non-pad positions reach the output layer
+    # and the loss, where Transformer.forward takes it; ours is trained that way unless told otherwise.
+    args.ours_skips_pad = not args.ours_all_positions and "keep" in inspect.signature(Transformer.forward).parameters
     shape = SHAPES[args.shape]
     wl = make_workload(args, args.device)
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
@@ -266,8 +278,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         hf_model = write_hf_model(hf_dir, args)
         engines = {"ours": ours_engine(hf_dir, args), "transformers": transformers_engine(hf_model, args)}
     compute = f"{args.device} {args.dtype}"
-    results = {name: EngineResult(name, compute + (f" {args.hf_attention}" if name == "transformers" else ""))
-               for name in engines}
+    labels = {"ours": " non-pad" if args.ours_skips_pad else "", "transformers": f" {args.hf_attention}"}
+    results = {name: EngineResult(name, compute + labels[name]) for name in engines}
     sanity = sanity_check(engines, wl, args)
     _log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff "
          f"{sanity['logits_max_abs_diff']:.2e}")
@@ -440,6 +452,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--p-drop", type=float, default=0.1, help="dropout on embeddings and sub-layer outputs")
     p.add_argument("--hf-attention", choices=("sdpa", "eager"), default="sdpa",
                    help="transformers' attention implementation")
+    p.add_argument("--ours-all-positions", action="store_true",
+                   help="ours computes the logits of every target position, padding included, as transformers "
+                        "does, instead of only the non-pad ones as Trainer.step has it (Transformer.forward keep)")
     p.add_argument("--init-std", type=float, default=0.02, help="std of the random weights")
     p.add_argument("--sentences", type=int, default=4000,
                    help="size of the synthetic corpus; the timed steps take its (shuffled) batches in turn")
