@@ -15,8 +15,7 @@ def noam_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float
 def make_optimizer(model: nn.Module, betas: tuple[float, float], eps: float,
                    weight_decay: float = 0.0) -> torch.optim.Adam:
     """Adam with beta1 0.9, beta2 0.98, eps 1e-9 in the paper; the rate is set at every step."""
-    # fused: one kernel for every parameter's update, on the CPU and on CUDA alike
-    return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
+    return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
 def set_rate(optimizer: torch.optim.Optimizer, rate: float) -> None:
