@@ -39,7 +39,7 @@ def settings(run_dir: Path, corpus: Path, **overrides: Any) -> dict[str, Any]:
         "run_dir": str(run_dir), "source_lang": "xx", "target_lang": "xx",
         "data": {"corpus": "jsonl", "paths": [str(corpus)]}, "split": {"dev": 0.02, "test": 0.03},
         "vocab": {"size": 20}, "preset": "tiny", "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
-        "batch_tokens": 800, "warmup": 100, "lr_scale": 0.3, "eps_ls": 0.0, "max_steps": 600,
+        "batch_tokens": 800, "warmup": 100, "lr_scale": 0.3, "eps_ls": 0.0, "max_steps": 1000,
         "log_every": 50, "eval_every": 10_000, "save_every": 10_000, "eval_beam_size": 1, "progress": False,
     }
     values.update(overrides)
@@ -58,7 +58,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_tiny_model_learns_to_copy(tmp_path: Path, corpus: Path) -> None:
     run_dir = train(from_dict(settings(tmp_path / "run", corpus)))
-    assert (run_dir / "checkpoints" / "step_00000600").is_dir() and (run_dir / "best").is_dir()
+    assert (run_dir / "checkpoints" / "step_00001000").is_dir() and (run_dir / "best").is_dir()
     assert (run_dir / "curves.png").stat().st_size > 1000
     tr = Translator.load(run_dir / "best", device="cpu")
     test = [json.loads(line) for line in (run_dir / "data" / "test.jsonl").read_text().splitlines()]
