@@ -55,15 +55,13 @@ class DecoderCache:
 
     def grown(self) -> DecoderCache:
         """The same state with room for twice as many positions."""
-        def grow(buf: Tensor) -> Tensor:
-            bigger = buf.new_empty(max(1, 2 * buf.size(0)), *buf.shape[1:])
-            bigger[:self.step] = buf[:self.step]
-            return bigger
-
-        layers = tuple(replace(layer, kv=grow(layer.kv), spare=layer.spare.new_empty(max(1, 2 * self.capacity),
-                                                                                  *layer.spare.shape[1:]))
-                       for layer in self.layers)
-        return replace(self, layers=layers)
+        size = max(1, 2 * self.capacity)
+        layers = []
+        for layer in self.layers:
+            kv = layer.kv.new_empty(size, *layer.kv.shape[1:])
+            kv[:self.step] = layer.kv[:self.step]
+            layers.append(replace(layer, kv=kv, spare=torch.empty_like(kv)))
+        return replace(self, layers=tuple(layers))
 
     def reorder(self, beam_idx: Tensor, beams: int | None = None) -> DecoderCache:
         """Keep hypothesis beam_idx[i] as new row i, with `beams` rows per sentence (default: as now).

@@ -262,7 +262,6 @@ class Trainer:
                 self.state.best_score, self.state.best_step = scores.score, self.state.step
                 save_checkpoint(self.run_dir / "best", self.model, self.meta, self.data.tokenizer_dir)
             plot_curves(self.log.read(), self.run_dir / "curves.png", scores.main)
-            self.net.train()
         self._barrier()
         return scores
 
