@@ -7,6 +7,7 @@ import sys
 
 from model import commands as model_commands
 from model.errors import ModelError
+from service import commands as service_commands
 from training import commands as training_commands
 from training.config import TrainConfigError
 from training.data import CorpusError
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     model_commands.register(sub)
     training_commands.register(sub)
+    service_commands.register(sub)
     return parser
 
 

@@ -18,7 +18,7 @@ import sentencepiece as spm
 import torch
 from torch import Tensor, nn
 
-from model.checkpoint import CheckpointMeta, save_checkpoint
+from model.checkpoint import CheckpointMeta, Task, save_checkpoint
 from model.config import ModelConfig
 from model.layers import sinusoid_table
 from model.tokenizer import SpecialIds, TokenizerConfig
@@ -100,11 +100,13 @@ def random_source(gen: torch.Generator, length: int, vocab_size: int, eos: int =
 
 
 def save_random_checkpoint(directory: Path, spm_dir: Path, vocab_size: int, seed: int = 0,
-                           std: float | None = 0.2, **overrides: Any) -> Path:
+                           std: float | None = 0.2, task: Task = "translation", source_lang: str | None = None,
+                           target_lang: str | None = None, **overrides: Any) -> Path:
     """A tiny random model saved with the shared SentencePiece model of spm_dir."""
     model = build_model(tiny_config(vocab_size, **overrides), seed=seed, std=std)
     meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
-                                                                     target_model="spm.model"))
+                                                                     target_model="spm.model"),
+                          task=task, source_lang=source_lang, target_lang=target_lang)
     return save_checkpoint(directory, model, meta, tokenizer_dir=spm_dir)
 
 

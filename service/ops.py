@@ -1,0 +1,55 @@
+"""Operations: GET /healthz, /readyz, /metrics and /models."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from service.errors import ServiceError, Unavailable
+from service.metrics import render_queue
+from service.schemas import ModelEntry, ModelsResponse
+from service.state import ApiKey, ReadyState, State
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(state: State) -> JSONResponse:
+    """200 once the models are loaded and the queue answers; 503 before, or while Redis is down."""
+    body: dict[str, object] = {"models": state.registry.ids, "queue": "redis" if state.settings.redis_url
+                               else "embedded"}
+    try:
+        if not state.ready.is_set():
+            raise Unavailable(state.load_error or "the models are still loading")
+        await state.queue.ping()
+    except ServiceError as e:
+        return JSONResponse({"status": "not ready", "reason": e.message, **body}, 503)
+    return JSONResponse({"status": "ready", **body})
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(state: State) -> PlainTextResponse:
+    """Prometheus text format: queue depth, batch sizes, latency, tokens/s."""
+    try:
+        depth, stats = await state.queue.depth(), await state.queue.stats()
+    except Unavailable:
+        depth, stats = -1, {}
+    lines = render_queue(depth, stats, state.ready.is_set()) + state.metrics.render()
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+
+@router.get("/models", response_model=ModelsResponse)
+async def models(state: ReadyState, _: ApiKey) -> ModelsResponse:
+    """Every model loaded: id, task, languages."""
+    entries = [ModelEntry(id=m.id, task=m.task, source=m.meta.source_lang, target=m.meta.target_lang,
+                          max_length=m.max_len,
+                          parameters={"N": m.meta.model.N, "d_model": m.meta.model.d_model,
+                                      "d_ff": m.meta.model.d_ff, "h": m.meta.model.h})
+               for m in state.registry.models.values()]
+    return ModelsResponse(models=entries, errors=state.registry.errors)

@@ -1,0 +1,107 @@
+"""The model registry: every checkpoint in the models directory, by id (its directory name)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
+from model.errors import ModelError
+from model.tokenizer import Tokenizer
+from model.translator import Translator
+from service.errors import InvalidRequest, ModelNotFound
+from service.tasks import Task
+
+log = logging.getLogger("service")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A checkpoint's description and tokenizer: enough to validate requests without loading weights."""
+
+    id: str
+    path: Path
+    meta: CheckpointMeta
+    tokenizer: Tokenizer
+
+    @property
+    def task(self) -> str:
+        return self.meta.task
+
+    @property
+    def max_len(self) -> int:
+        return self.meta.model.max_len
+
+    def source_length(self, text: str, field: str, truncate: bool) -> int:
+        """Source tokens of text (EOS included); InvalidRequest when it is longer than the model takes."""
+        n = len(self.tokenizer.encode_source(text))
+        if n > self.max_len and not truncate:
+            raise InvalidRequest(field, f"{n} tokens, more than the model's limit of {self.max_len}; "
+                                        "shorten it or pass truncate=true")
+        return min(n, self.max_len)
+
+
+class Registry:
+    """Models found in a directory. Broken checkpoints are skipped and reported, never fatal."""
+
+    def __init__(self, models: dict[str, ModelInfo], errors: dict[str, str]) -> None:
+        self.models = models
+        self.errors = errors
+
+    @classmethod
+    def scan(cls, directory: Path) -> Registry:
+        models: dict[str, ModelInfo] = {}
+        errors: dict[str, str] = {}
+        paths = sorted(p for p in directory.iterdir() if (p / CONFIG_FILE).is_file()) if directory.is_dir() else []
+        for path in paths:
+            try:
+                meta = read_meta(path)
+                models[path.name] = ModelInfo(path.name, path, meta, Tokenizer(path, meta.tokenizer))
+            except (ModelError, OSError, RuntimeError) as e:
+                errors[path.name] = str(e)
+                log.error("skipping model %s: %s", path.name, e)
+        return cls(models, errors)
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(self.models)
+
+    def get(self, model_id: str) -> ModelInfo:
+        if model_id not in self.models:
+            raise ModelNotFound(f"unknown model {model_id!r}", self.ids)
+        return self.models[model_id]
+
+    def resolve(self, task: str, model: str | None, source: str | None, target: str | None) -> ModelInfo:
+        """The model named, else the one of this task for the languages given, else the only one of this task."""
+        if model is not None:
+            info = self.get(model)
+            if info.task != task:
+                raise InvalidRequest("model", f"{model!r} is a {info.task} model, not a {task} one")
+            return info
+        found = [m for m in self.models.values() if m.task == task
+                 and (source is None or m.meta.source_lang == source)
+                 and (target is None or m.meta.target_lang == target)]
+        if len(found) == 1:
+            return found[0]
+        of_task = sorted(m.id for m in self.models.values() if m.task == task)
+        if not found:
+            langs = f" from {source or 'any'} to {target or 'any'}" if source or target else ""
+            raise ModelNotFound(f"no {task} model{langs}", of_task)
+        raise InvalidRequest("model", f"several {task} models match ({', '.join(sorted(m.id for m in found))}); "
+                                      "name one with 'model' or narrow 'source' and 'target'")
+
+    def check(self, task: Task, field: str = "q") -> int:
+        """Validate a task's texts against its model; returns the source tokens of the longest."""
+        info = self.get(task.model)
+        return max(info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts))
+
+    def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
+        """Load every model's weights and warm it up with one short decode."""
+        out = {}
+        for info in self.models.values():
+            translator = Translator.load(info.path, device=device, dtype=dtype, threads=threads)
+            translator.translate(["Hello."], beam_size=2, max_len_b=4)
+            out[info.id] = translator
+            log.info("loaded %s (%s) on %s", info.id, info.task, translator.device)
+        return out

@@ -1,0 +1,106 @@
+"""The running service's state (registry, queue, embedded worker) and the request dependencies."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.errors import TooManyRequests, Unauthorized, Unavailable
+from service.metrics import RequestMetrics
+from service.queue import MemoryQueue, TaskQueue
+from service.registry import Registry
+from service.settings import ServiceSettings
+from service.worker import Worker
+
+log = logging.getLogger("service")
+
+
+class ServiceState:
+    """Built by create_app; models load in a background thread so that /healthz answers at once."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.registry = Registry({}, {})
+        self.queue: TaskQueue
+        self.memory: MemoryQueue | None = None
+        if settings.redis_url:
+            from service.redis_queue import RedisQueue
+            self.queue = RedisQueue(settings)
+        else:
+            self.memory = MemoryQueue(settings)
+            self.queue = self.memory
+        self.metrics = RequestMetrics()
+        self.ready = threading.Event()
+        self.load_error: str | None = None
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        t = threading.Thread(target=self._load, name="load-models", daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _load(self) -> None:
+        """Read the registry; in embedded mode also load the weights and start the worker thread."""
+        s = self.settings
+        try:
+            registry = Registry.scan(s.models_dir)
+            if self.memory is not None:
+                translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
+                worker = Worker(self.memory, translators, s)
+                t = threading.Thread(target=worker.run, args=(self.stop,), name="worker", daemon=True)
+                t.start()
+                self.threads.append(t)
+            self.registry = registry
+            self.ready.set()
+        except Exception as e:  # reported by /readyz; the process stays up for inspection
+            log.exception("loading models failed")
+            self.load_error = f"{type(e).__name__}: {e}"
+
+    async def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        await self.queue.close()
+
+
+def get_state(request: Request) -> ServiceState:
+    state: ServiceState = request.app.state.service
+    return state
+
+
+def ready_state(request: Request) -> ServiceState:
+    state = get_state(request)
+    if not state.ready.is_set():
+        raise Unavailable(state.load_error or "the models are still loading", retry_after=2)
+    return state
+
+
+bearer = HTTPBearer(auto_error=False)
+
+
+async def authorize(request: Request,
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
+    """With API keys configured: a valid bearer token within its per-minute rate limit."""
+    state = get_state(request)
+    keys = state.settings.keys()
+    if not keys:
+        return None
+    token = credentials.credentials if credentials else ""
+    key = next((k for k in keys if hmac.compare_digest(k.encode(), token.encode())), None)
+    if key is None:
+        raise Unauthorized("a valid API key is required: send 'Authorization: Bearer KEY'")
+    limit = keys[key]
+    if limit and await state.queue.hit(key) > limit:
+        raise TooManyRequests(f"rate limit of {limit} requests per minute reached for this key", retry_after=60)
+    return key
+
+
+State = Annotated[ServiceState, Depends(get_state)]
+ReadyState = Annotated[ServiceState, Depends(ready_state)]
+ApiKey = Annotated[str | None, Depends(authorize)]

@@ -1,0 +1,116 @@
+"""The worker loop, the same for the embedded queue and for Redis: collect tasks for up to max_wait_ms,
+decode them in dynamic batches, answer each task once all its texts are done."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+from model.errors import ModelError
+from model.translator import Translator
+from service.batcher import Pool, decode_batch
+from service.settings import ServiceSettings
+from service.tasks import Task, TaskResult
+
+log = logging.getLogger("service")
+
+
+class SourceUnavailable(Exception):
+    """The queue cannot be reached (Redis down); the worker waits and tries again."""
+
+
+class WorkSource(Protocol):
+    """Where a worker gets tasks and leaves results."""
+
+    def read(self, count: int, block_s: float) -> list[Task]:
+        """Up to count new tasks, waiting at most block_s for the first."""
+
+    def maintain(self, in_flight: list[str]) -> list[Task]:
+        """Heartbeat for tasks in flight; returns tasks reclaimed from dead workers."""
+
+    def started(self, task: Task) -> None: ...
+
+    def progress(self, task: Task, done: int) -> None: ...
+
+    def finish(self, task: Task, result: TaskResult) -> None: ...
+
+    def record_batch(self, sentences: int, tokens: int, seconds: float) -> None: ...
+
+
+class Worker:
+    """Decodes tasks from a source with the loaded translators."""
+
+    def __init__(self, source: WorkSource, translators: dict[str, Translator], settings: ServiceSettings,
+                 maintain_every_s: float = 2.0) -> None:
+        self.source = source
+        self.translators = translators
+        self.settings = settings
+        self.pool = Pool()
+        self.maintain_every_s = maintain_every_s
+        self.last_maintained = 0.0
+
+    def run(self, stop: threading.Event) -> None:
+        """Work until stop is set; an unreachable queue is waited out, never fatal."""
+        while not stop.is_set():
+            try:
+                self.step()
+            except SourceUnavailable as e:
+                log.warning("queue unavailable (%s); retrying", e)
+                self.pool = Pool()  # what was in flight is redelivered once the queue is back
+                stop.wait(1.0)
+
+    def step(self) -> None:
+        """Admit new tasks (waiting up to max_wait_ms to fill a batch), then decode one batch."""
+        s = self.settings
+        if time.monotonic() - self.last_maintained > self.maintain_every_s:
+            self.admit(self.source.maintain(list(self.pool.tasks)))
+            self.last_maintained = time.monotonic()
+        idle = not self.pool.items
+        self.admit(self.source.read(s.max_batch_size, 1.0 if idle else 0.0))
+        if idle and self.pool.items:
+            deadline = time.monotonic() + s.max_wait_ms / 1000
+            while (self.pool.sentences < s.max_batch_size and self.pool.tokens() < s.max_batch_tokens
+                   and (left := deadline - time.monotonic()) > 0):
+                self.admit(self.source.read(s.max_batch_size - self.pool.sentences, left))
+        if self.pool.items:
+            self.decode_next()
+
+    def admit(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            if task.id in self.pool.tasks:
+                continue  # redelivered while still in flight here
+            translator = self.translators.get(task.model)
+            if translator is None:
+                self.source.finish(task, TaskResult(error=f"model {task.model!r} is not loaded on this worker"))
+                continue
+            try:
+                ids = translator.encode(task.texts, truncate=task.truncate)
+            except ModelError as e:
+                self.source.finish(task, TaskResult(error=str(e)))
+                continue
+            self.pool.add(task, ids)
+            self.source.started(task)
+
+    def decode_next(self) -> None:
+        s = self.settings
+        batch = self.pool.next_batch(s.max_batch_tokens, s.max_batch_size)
+        task = batch[0].task
+        start = time.perf_counter()
+        try:
+            outputs, tokens = decode_batch(self.translators[task.model], batch)
+        except (RuntimeError, ModelError) as e:  # a bug or out of memory: fail these tasks, keep serving
+            log.exception("decoding failed")
+            for t in {i.task.id: i.task for i in batch}.values():
+                self.pool.drop(t.id)
+                self.source.finish(t, TaskResult(error=f"decoding failed: {e}"))
+            return
+        self.source.record_batch(len(batch), tokens, time.perf_counter() - start)
+        for item, output in zip(batch, outputs, strict=True):
+            self.pool.deliver(item, output)
+        for pending in self.pool.finished():
+            self.source.finish(pending.task, TaskResult([o for o in pending.outputs if o is not None]))
+        for t in {i.task.id: i.task for i in batch if i.task.kind == "job"}.values():
+            if t.id in self.pool.tasks:
+                self.source.progress(t, self.pool.tasks[t.id].done)

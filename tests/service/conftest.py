@@ -1,0 +1,168 @@
+"""Service fixtures: tiny checkpoints in a models directory, a real HTTP server in a thread, and private
+real Redis servers (redis-server on a free port) that tests may stop and restart."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import uvicorn
+
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.conftest import SPM_VOCAB, save_random_checkpoint
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Path:
+    """Two tiny random models: en->de translation and en summarization."""
+    d = tmp_path_factory.mktemp("models")
+    save_random_checkpoint(d / "tiny-en-de", spm_dir, SPM_VOCAB, seed=1, source_lang="en", target_lang="de",
+                           max_len=64)
+    save_random_checkpoint(d / "tiny-sum", spm_dir, SPM_VOCAB, seed=2, task="summarization", source_lang="en",
+                           target_lang="en")
+    return d
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], object], timeout: float = 30.0, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+class Server:
+    """The app under uvicorn in a thread, on a free port: real HTTP, real concurrency."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.app = create_app(settings)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        wait_until(lambda: self.server.started)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        wait_until(lambda: httpx.get(f"{self.url}/readyz").status_code == 200, timeout, 0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def serve(models_dir: Path) -> Iterator[Callable[..., Server]]:
+    """serve(**settings) -> a started, ready Server (embedded queue unless redis_url is given)."""
+    servers: list[Server] = []
+
+    def start(ready: bool = True, **settings: object) -> Server:
+        server = Server(ServiceSettings(models_dir=models_dir, **settings)).__enter__()  # type: ignore[arg-type]
+        servers.append(server)
+        if ready:
+            server.wait_ready()
+        return server
+    yield start
+    for s in servers:
+        s.__exit__()
+
+
+class RedisServer:
+    """A private redis-server process (no persistence) that a test may stop and start again."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.directory = directory
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert REDIS_SERVER is not None
+        self.proc = subprocess.Popen([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.directory)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        wait_until(lambda: _pings(client), 10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    if REDIS_SERVER is None:
+        pytest.fail("redis-server is not installed; .ci/run installs it")
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+class Workers:
+    """`transformer worker` processes against one Redis."""
+
+    def __init__(self, models_dir: Path, redis_url: str, log_dir: Path) -> None:
+        self.models_dir, self.redis_url, self.log_dir = models_dir, redis_url, log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        environ = {**os.environ, "REDIS_URL": self.redis_url, "TRANSFORMER_MODELS_DIR": str(self.models_dir),
+                   "TRANSFORMER_WORKER_NAME": name, "TRANSFORMER_THREADS": "1", **env}
+        log = (self.log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], env=environ, stdout=log,
+                                stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return proc
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def workers(models_dir: Path, redis_server: RedisServer, tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(models_dir, redis_server.url, tmp_path)
+    yield w
+    w.stop_all()

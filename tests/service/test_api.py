@@ -1,0 +1,243 @@
+"""The HTTP API in embedded mode: answers equal the Translator's, and every bad request gets its status
+code and a clear message in the one error shape, never a 500."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from model.translator import Translator
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.conftest import make_sentences
+
+SHORT = {"max_length": 6}  # random weights decode to the length limit: keep outputs short
+
+
+def ready_client(models_dir: Path, **settings: Any) -> TestClient:
+    client = TestClient(create_app(ServiceSettings(models_dir=models_dir, **settings)))
+    client.__enter__()
+    deadline = time.monotonic() + 60
+    while client.get("/readyz").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/readyz").json()
+        time.sleep(0.05)
+    return client
+
+
+@pytest.fixture(scope="module")
+def client(models_dir: Path) -> Iterator[TestClient]:
+    c = ready_client(models_dir)
+    yield c
+    c.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def translator(models_dir: Path) -> Translator:
+    return Translator.load(models_dir / "tiny-en-de", device="cpu")
+
+
+def assert_error(r: Any, status: int, code: str, *words: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code, body
+    for w in words:
+        assert w in body["error"]["message"], body
+    return dict(body["error"])
+
+
+def test_health_ready_models(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["queue"] == "embedded"
+    models = {m["id"]: m for m in client.get("/models").json()["models"]}
+    assert models["tiny-en-de"]["task"] == "translation" and models["tiny-en-de"]["target"] == "de"
+    assert models["tiny-sum"]["task"] == "summarization"
+
+
+def test_translate_equals_translator(client: TestClient, translator: Translator) -> None:
+    texts = make_sentences(5, seed=3)
+    r = client.post("/translate", json={"q": texts, "model": "tiny-en-de", "beam_size": 3, "n_best": 2, **SHORT})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    want = translator.translate(texts, beam_size=3, n_best=2, max_len_a=0.0, max_len_b=6)
+    assert body["translatedText"] == [t.text for t in want]
+    for got, w in zip(body["translations"], want, strict=True):
+        assert got["text"] == w.text and got["tokens"] == w.tokens
+        assert got["score"] == pytest.approx(w.score, abs=1e-5)
+        assert [a["text"] for a in got["alternatives"]] == [h.text for h in w.hypotheses[1:]]
+        assert got["score"] >= got["alternatives"][0]["score"]
+
+
+def test_translate_one_string_by_languages(client: TestClient, translator: Translator) -> None:
+    r = client.post("/translate", json={"q": "kalo mine ruza", "source": "en", "target": "de", **SHORT})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "tiny-en-de"
+    assert r.json()["translatedText"] == translator.translate(["kalo mine ruza"], max_len_a=0.0, max_len_b=6)[0].text
+
+
+def test_summarize(client: TestClient, models_dir: Path) -> None:
+    doc = " ".join(make_sentences(3, seed=4))
+    r = client.post("/summarize", json={"q": [doc], "min_length": 3, "no_repeat_ngram_size": 2, **SHORT})
+    assert r.status_code == 200, r.text
+    want = Translator.load(models_dir / "tiny-sum").translate([doc], min_length=3, no_repeat_ngram_size=2,
+                                                              max_len_a=0.0, max_len_b=6)
+    assert r.json()["model"] == "tiny-sum" and r.json()["summaries"][0]["text"] == want[0].text
+
+
+def test_attention_shapes_and_rows(client: TestClient) -> None:
+    r = client.post("/attention", json={"q": "kalo mine ruza", **SHORT})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    S, T = len(a["source_tokens"]), len(a["target_tokens"])
+    assert a["source_tokens"][-1] == "</s>" and a["target_tokens"][-1] == "</s>"
+    assert len(a["cross"]) == 2 and len(a["cross"][0]) == 4  # N_dec layers x h heads
+    assert len(a["cross"][0][0]) == T and len(a["cross"][0][0][0]) == S
+    assert len(a["encoder"][1][3]) == S and len(a["decoder"][0][0]) == T
+    for row in a["cross"][1][2]:
+        assert sum(row) == pytest.approx(1.0, abs=0.01)
+    assert all(w == 0 for w in a["decoder"][0][0][0][1:])  # causal: the first target token sees only itself
+
+
+def test_jobs_progress_and_results(client: TestClient, translator: Translator) -> None:
+    texts = make_sentences(40, seed=5)
+    r = client.post("/jobs", json={"texts": texts, "beam_size": 2, **SHORT})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["status"] in ("queued", "running") and job["progress"]["total"] == 40
+    assert r.headers["location"] == f"/jobs/{job['id']}"
+    deadline = time.monotonic() + 60
+    while (job := client.get(f"/jobs/{job['id']}").json())["status"] != "done":
+        assert job["status"] in ("queued", "running") and 0 <= job["progress"]["done"] <= 40
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert job["progress"] == {"done": 40, "total": 40}
+    want = translator.translate(texts, beam_size=2, max_len_a=0.0, max_len_b=6)
+    assert [o["text"] for o in job["results"]] == [w.text for w in want]
+    assert_error(client.get("/jobs/0123"), 404, "not_found", "0123")
+
+
+LONG = "kalo mine ruza " * 40  # far more than the 64 tokens tiny-en-de takes
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "code", "words"), [
+    ("post", "/translate", {"q": ""}, 422, "invalid_request", ("q[0]", "empty")),
+    ("post", "/translate", {"q": ["ok", "   "]}, 422, "invalid_request", ("q[1]", "empty")),
+    ("post", "/translate", {"q": []}, 422, "invalid_request", ("q", "no texts")),
+    ("post", "/translate", {"q": ["a"] * 65}, 422, "invalid_request", ("65 texts", "64")),
+    ("post", "/translate", {"q": "a" * 5001}, 422, "invalid_request", ("q[0]", "5001 characters")),
+    ("post", "/translate", {"q": LONG}, 422, "invalid_request", ("q[0]", "limit of 64", "truncate")),
+    ("post", "/translate", {"q": "a", "beam_size": 9}, 422, "invalid_request", ("beam_size", "limit of 8")),
+    ("post", "/translate", {"q": "a", "beam_size": 0}, 422, "invalid_request", ("beam_size",)),
+    ("post", "/translate", {"q": "a", "beam_size": 2, "n_best": 3}, 422, "invalid_request", ("n_best",)),
+    ("post", "/translate", {"q": "a", "length_penalty_form": "x"}, 422, "invalid_request", ("length_penalty_form",)),
+    ("post", "/translate", {"q": 5}, 422, "invalid_request", ("q",)),
+    ("post", "/translate", {"text": "a"}, 422, "invalid_request", ("q", "text")),
+    ("post", "/translate", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope", "tiny-en-de")),
+    ("post", "/translate", {"q": "a", "source": "en", "target": "xx"}, 404, "model_not_found", ("xx", "tiny-en-de")),
+    ("post", "/translate", {"q": "a", "model": "tiny-sum"}, 422, "invalid_request", ("summarization",)),
+    ("post", "/summarize", {"q": "a", "model": "tiny-en-de"}, 422, "invalid_request", ("translation",)),
+    ("post", "/jobs", {"texts": []}, 422, "invalid_request", ("texts",)),
+    ("post", "/jobs", {"texts": ["a", ""]}, 422, "invalid_request", ("texts[1]", "empty")),
+    ("post", "/jobs", {"texts": ["a", LONG]}, 422, "invalid_request", ("texts[1]", "limit of 64")),
+    ("post", "/attention", {"q": ["a", "b"]}, 422, "invalid_request", ("q",)),
+    ("post", "/attention", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope",)),
+    ("get", "/nowhere", None, 404, "not_found", ()),
+    ("get", "/translate", None, 405, "method_not_allowed", ()),
+])
+def test_bad_requests(client: TestClient, method: str, path: str, body: Any, status: int, code: str,
+                      words: tuple[str, ...]) -> None:
+    r = client.request(method.upper(), path, json=body)
+    assert_error(r, status, code, *words)
+
+
+def test_malformed_and_oversized_bodies(client: TestClient, models_dir: Path) -> None:
+    r = client.post("/translate", content=b'{"q": "a",', headers={"content-type": "application/json"})
+    assert_error(r, 422, "malformed_json", "not valid JSON")
+    r = client.post("/translate", content=b"\xff\xfe", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    small = ready_client(models_dir, max_body_bytes=2048)
+    try:
+        assert_error(small.post("/translate", json={"q": "a" * 4000}), 413, "payload_too_large", "2048")
+    finally:
+        small.__exit__(None, None, None)
+
+
+def test_truncate_on_request(client: TestClient) -> None:
+    r = client.post("/translate", json={"q": LONG, "truncate": True, **SHORT})
+    assert r.status_code == 200, r.text
+
+
+def test_api_keys_and_rate_limit(models_dir: Path) -> None:
+    c = ready_client(models_dir, api_keys="alpha:2,beta")
+    try:
+        body = {"q": "kalo", **SHORT}
+        assert_error(c.post("/translate", json=body), 401, "unauthorized", "Bearer")
+        assert_error(c.post("/translate", json=body, headers={"Authorization": "Bearer wrong"}), 401, "unauthorized")
+        ok = {"Authorization": "Bearer alpha"}
+        assert c.post("/translate", json=body, headers=ok).status_code == 200
+        assert c.post("/translate", json=body, headers=ok).status_code == 200
+        r = c.post("/translate", json=body, headers=ok)
+        assert_error(r, 429, "too_many_requests", "2 requests per minute")
+        assert r.headers["retry-after"] == "60"
+        assert c.post("/translate", json=body, headers={"Authorization": "Bearer beta"}).status_code == 200
+        assert c.get("/healthz").status_code == 200  # operations stay open
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_timeout_answers_504(models_dir: Path) -> None:
+    c = ready_client(models_dir, request_timeout_s=0.01)
+    try:
+        r = c.post("/translate", json={"q": make_sentences(64, seed=6), "max_length": 60})
+        assert_error(r, 504, "timeout", "0.01 s")
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_full_queue_answers_429(models_dir: Path) -> None:
+    c = ready_client(models_dir, max_queue=1)
+    try:
+        job = c.post("/jobs", json={"texts": make_sentences(300, seed=7), "max_length": 60})
+        assert job.status_code == 202
+        r = c.post("/translate", json={"q": "kalo", **SHORT})
+        assert_error(r, 429, "queue_full", "full")
+        assert int(r.headers["retry-after"]) >= 1
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_broken_and_missing_models(tmp_path: Path, models_dir: Path) -> None:
+    import shutil
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "good")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    c = ready_client(tmp_path)
+    try:
+        models = c.get("/models").json()
+        assert [m["id"] for m in models["models"]] == ["good"]
+        assert "broken" in models["errors"] and "not valid JSON" in models["errors"]["broken"]
+    finally:
+        c.__exit__(None, None, None)
+    empty = ready_client(tmp_path / "nothing-here")
+    try:
+        assert_error(empty.post("/translate", json={"q": "a"}), 404, "model_not_found", "available models: none")
+    finally:
+        empty.__exit__(None, None, None)
+
+
+def test_metrics_and_openapi(client: TestClient) -> None:
+    client.post("/translate", json={"q": ["kalo", "mine"], **SHORT})
+    text = client.get("/metrics").text
+    for name in ("transformer_queue_depth", "transformer_batch_size_bucket", "transformer_generated_tokens_total",
+                 "transformer_decode_tokens_per_second", 'transformer_request_seconds_bucket{route="/translate"',
+                 'transformer_requests_total{route="/translate",status="200"}'):
+        assert name in text
+    spec = client.get("/openapi.json").json()
+    assert {"/translate", "/summarize", "/jobs", "/jobs/{job_id}", "/attention", "/models"} <= set(spec["paths"])
+    assert "422" in spec["paths"]["/translate"]["post"]["responses"]

@@ -1,0 +1,150 @@
+"""Redis mode on a real (private) redis-server with real `transformer worker` processes: batching across
+workers, a worker killed mid-batch, a task that keeps killing workers, Redis restarted under load."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from model.translator import Translator
+from service.keys import Keys
+from tests.conftest import make_sentences
+from tests.service.conftest import RedisServer, Server, Workers, wait_until
+from tests.service.test_batching import batch_sizes, post_all
+
+FAST_RECLAIM = {"TRANSFORMER_CLAIM_IDLE_MS": "1500"}  # workers beat every 0.5 s, reclaim after 1.5 s idle
+
+
+@pytest.fixture(scope="module")
+def translator(models_dir: Path) -> Translator:
+    return Translator.load(models_dir / "tiny-en-de", device="cpu")
+
+
+def wait_workers(r: RedisServer, n: int) -> None:
+    client = r.client()
+    wait_until(lambda: len(client.keys(Keys().workers_pattern())) >= n, timeout=60, every=0.2)
+
+
+def test_concurrent_requests_through_two_workers(serve: Callable[..., Server], redis_server: RedisServer,
+                                                 workers: Workers, translator: Translator) -> None:
+    server = serve(redis_url=redis_server.url)
+    workers.start("w1", TRANSFORMER_MAX_WAIT_MS="50")
+    workers.start("w2", TRANSFORMER_MAX_WAIT_MS="50")
+    wait_workers(redis_server, 2)
+    texts = make_sentences(100, seed=21, max_words=10)
+    responses = asyncio.run(post_all(server.url, texts, max_length=8))
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
+    alone = [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+    assert [r.json()["translatedText"] for r in responses] == alone
+    batches, sentences = batch_sizes(httpx.get(f"{server.url}/metrics").text)
+    assert sentences == 100 and batches < 50
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "transformer_workers 2" in metrics, [m for m in metrics.splitlines() if "workers" in m]
+    client = redis_server.client()
+    assert client.xlen(Keys().stream) == 0  # every entry acknowledged and deleted
+    job_key = client.keys(Keys().job("*"))[0]
+    assert 0 < client.ttl(job_key) <= 3600
+
+
+def running_on(redis_server: RedisServer, job_id: str) -> str | None:
+    status, worker = redis_server.client().hmget(Keys().job(job_id), "status", "worker")
+    return worker.decode() if status == b"running" and worker else None
+
+
+def test_worker_killed_mid_batch(serve: Callable[..., Server], redis_server: RedisServer, workers: Workers,
+                                 translator: Translator) -> None:
+    server = serve(redis_url=redis_server.url)
+    doomed = workers.start("doomed", TRANSFORMER_MAX_BATCH_SIZE="4", **FAST_RECLAIM)
+    wait_workers(redis_server, 1)
+    texts = make_sentences(24, seed=22)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "max_length": 40}).json()
+    sync_texts = make_sentences(6, seed=23)
+
+    async def scenario() -> list[httpx.Response]:
+        requests = asyncio.ensure_future(post_all(server.url, sync_texts, max_length=40))
+        await asyncio.to_thread(wait_until, lambda: running_on(redis_server, job["id"]) == "doomed", 60, 0.01)
+        doomed.send_signal(signal.SIGKILL)  # in the middle of the job's batches
+        doomed.wait()
+        workers.start("rescuer", **FAST_RECLAIM)
+        return await requests
+    responses = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200] * 6
+    assert [r.json()["translatedText"] for r in responses] == \
+        [translator.translate([t], max_len_a=0.0, max_len_b=40)[0].text for t in sync_texts]
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 120, 0.2)
+    done = httpx.get(f"{server.url}/jobs/{job['id']}").json()
+    assert [o["text"] for o in done["results"]] == \
+        [t.text for t in translator.translate(texts, max_len_a=0.0, max_len_b=40)]
+    assert redis_server.client().hget(Keys().job(job["id"]), "worker") == b"rescuer"
+    assert redis_server.client().xlen(Keys().stream) == 0
+
+
+def test_task_that_kills_workers_fails_with_reason(serve: Callable[..., Server], redis_server: RedisServer,
+                                                   workers: Workers) -> None:
+    server = serve(redis_url=redis_server.url)
+    env = {**FAST_RECLAIM, "TRANSFORMER_MAX_DELIVERIES": "1", "TRANSFORMER_MAX_BATCH_SIZE": "2"}
+    first = workers.start("first", **env)
+    wait_workers(redis_server, 1)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": make_sentences(20, seed=24), "max_length": 40}).json()
+    wait_until(lambda: running_on(redis_server, job["id"]) == "first", 60, 0.01)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    workers.start("second", **env)
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "failed", 60, 0.2)
+    failed = httpx.get(f"{server.url}/jobs/{job['id']}").json()
+    assert "delivered 2 times" in failed["error"] and failed["results"] is None
+    dead = redis_server.client().xrange(Keys().dead)
+    assert len(dead) == 1 and b"delivered 2 times" in dead[0][1][b"reason"]
+
+
+def test_redis_restart_under_load(serve: Callable[..., Server], redis_server: RedisServer, workers: Workers,
+                                  translator: Translator) -> None:
+    server = serve(redis_url=redis_server.url, request_timeout_s=30)
+    workers.start("w", TRANSFORMER_MAX_BATCH_SIZE="2")
+    wait_workers(redis_server, 1)
+    texts = make_sentences(12, seed=25)
+
+    async def scenario() -> list[httpx.Response]:
+        requests = asyncio.ensure_future(post_all(server.url, texts, max_length=40))
+        await asyncio.sleep(1.0)
+        redis_server.stop()
+        down = await asyncio.to_thread(httpx.post, f"{server.url}/translate", json={"q": "kalo"}, timeout=30)
+        assert down.status_code == 503 and down.json()["error"]["code"] == "unavailable", down.text
+        assert "retry-after" in down.headers
+        ready = await asyncio.to_thread(httpx.get, f"{server.url}/readyz", timeout=30)
+        assert ready.status_code == 503
+        await asyncio.sleep(1.0)
+        redis_server.start()
+        return await asyncio.wait_for(requests, 60)  # never a hang
+    responses = asyncio.run(scenario())
+    assert {r.status_code for r in responses} <= {200, 503}, [r.text for r in responses]
+    for text, r in zip(texts, responses, strict=True):
+        if r.status_code == 200:
+            assert r.json()["translatedText"] == translator.translate([text], max_len_a=0.0, max_len_b=40)[0].text
+    # healthy again: ready, and a new request is answered by the same worker once it reconnected
+    wait_until(lambda: httpx.get(f"{server.url}/readyz").status_code == 200, 30, 0.2)
+    r = httpx.post(f"{server.url}/translate", json={"q": "kalo mine", "max_length": 8}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == translator.translate(["kalo mine"], max_len_a=0.0, max_len_b=8)[0].text
+
+
+def test_queue_full_in_redis_mode(serve: Callable[..., Server], redis_server: RedisServer) -> None:
+    server = serve(redis_url=redis_server.url, max_queue=1)  # no worker: tasks stay queued
+    assert httpx.post(f"{server.url}/jobs", json={"texts": ["kalo"]}).status_code == 202
+    r = httpx.post(f"{server.url}/jobs", json={"texts": ["kalo"]})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full" and r.headers["retry-after"] == "1"
+
+
+def test_worker_needs_redis(models_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    out = subprocess.run([sys.executable, "-m", "service.cli", "worker", "--models-dir", str(models_dir)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "REDIS_URL" in out.stderr
