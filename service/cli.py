@@ -8,6 +8,7 @@ import sys
 from model import commands as model_commands
 from model.errors import ModelError
 from service import commands as service_commands
+from service import demo
 from training import commands as training_commands
 from training.config import TrainConfigError
 from training.data import CorpusError
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_commands.register(sub)
     training_commands.register(sub)
     service_commands.register(sub)
+    demo.register(sub)
     return parser
 
 

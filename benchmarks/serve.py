@@ -1,0 +1,207 @@
+"""Serving throughput and latency: dynamic batching against batch size 1, and against the offline engine.
+
+One run builds a random model (`--shape`, SentencePiece trained on the fly on made-up text; nothing is
+downloaded), then measures, on this machine:
+
+1. the offline engine: `Translator.translate` over all texts in batches of `--batch-size` (the ceiling);
+2. `transformer serve` with dynamic batching (`TRANSFORMER_MAX_BATCH_SIZE=--batch-size`);
+3. `transformer serve` with batch size 1 (`TRANSFORMER_MAX_BATCH_SIZE=1`),
+
+each server in its own process with `--threads` torch threads, driven by N concurrent HTTP clients
+(N in `--clients`), each sending one text per POST /translate and the next as soon as it is answered.
+Every output is forced to exactly `--out-tokens` tokens (min_length = max_length), so every mode does the
+same decoding work. Reported: target tokens/s, requests/s, p50 and p99 latency, and the ratios
+dynamic / batch-1 at each N and dynamic / offline.
+
+    python benchmarks/serve.py
+    python benchmarks/serve.py --shape base --clients 1,8,32 --json serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import sentencepiece as spm
+import torch
+
+from model.checkpoint import CheckpointMeta, save_checkpoint
+from model.config import ModelConfig
+from model.tokenizer import SpecialIds, TokenizerConfig
+from model.transformer import Transformer
+from model.translator import Translator
+
+SHAPES = {"small": "small", "base": "base"}
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One mode at one client count."""
+
+    mode: str
+    clients: int
+    requests: int
+    seconds: float
+    tokens_per_s: float
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+def made_up_text(n: int, seed: int, min_words: int = 6, max_words: int = 20) -> list[str]:
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 9))) for _ in range(20000)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
+
+
+def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path:
+    """A random checkpoint of the preset's shape with a SentencePiece model trained on made-up text."""
+    special = SpecialIds()
+    text = directory / "text.txt"
+    text.write_text("\n".join(made_up_text(20000, seed)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "spm"), vocab_size=vocab_size,
+                                   model_type="bpe", pad_id=special.pad, unk_id=special.unk, bos_id=special.bos,
+                                   eos_id=special.eos, minloglevel=2, num_threads=1)
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig.from_preset(SHAPES[shape], vocab_size)).eval()
+    meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
+                                                                     target_model="spm.model"),
+                          source_lang="xx", target_lang="yy")
+    return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
+
+
+def offline(checkpoint: Path, texts: list[str], args: argparse.Namespace) -> Level:
+    tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
+    opts = dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
+    tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size, **opts)  # warm-up
+    start = time.perf_counter()
+    tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **opts)
+    seconds = time.perf_counter() - start
+    return Level("offline", 0, len(texts), seconds, len(texts) * args.out_tokens / seconds,
+                 len(texts) / seconds, 0.0, 0.0)
+
+
+class ServerProcess:
+    """`transformer serve` in its own process on a free port."""
+
+    def __init__(self, models: Path, batch_size: int, args: argparse.Namespace) -> None:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
+               "TRANSFORMER_THREADS": str(args.threads), "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size),
+               "TRANSFORMER_MAX_WAIT_MS": str(args.max_wait_ms), "TRANSFORMER_MAX_QUEUE": "100000",
+               "TRANSFORMER_MAX_BATCH_TOKENS": "1000000", "TRANSFORMER_REQUEST_TIMEOUT_S": "600"}
+        env.pop("REDIS_URL", None)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> ServerProcess:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz").status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the server did not become ready")
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespace) -> tuple[float, list[float]]:
+    """N clients, each posting its share of texts one after another; returns wall time and latencies."""
+    body = {"beam_size": args.beam_size, "min_length": args.out_tokens, "max_length": args.out_tokens}
+    latencies: list[float] = []
+    queue = list(reversed(texts))
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while queue:
+            text = queue.pop()
+            start = time.perf_counter()
+            r = await http.post("/translate", json={"q": text, **body})
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - start)
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
+        await http.post("/translate", json={"q": texts[0], **body})  # warm-up
+        start = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        return time.perf_counter() - start, latencies
+
+
+def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace) -> list[Level]:
+    out = []
+    with ServerProcess(models, batch_size, args) as server:
+        for n in args.clients:
+            count = max(args.min_requests, args.requests_per_client * n)
+            seconds, lat = asyncio.run(drive(server.url, texts[:count], n, args))
+            q = statistics.quantiles(lat, n=100, method="inclusive")
+            level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
+                          1000 * statistics.median(lat), 1000 * q[98])
+            print(f"  {mode:8s} N={n:3d}: {level.tokens_per_s:8.1f} tok/s  {level.requests_per_s:6.2f} req/s  "
+                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms", flush=True)
+            out.append(level)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
+    p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--min-requests", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--out-tokens", type=int, default=24)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = build_model(Path(tmp), args.shape, args.vocab_size, args.seed)
+        total = max(args.min_requests, args.requests_per_client * max(args.clients))
+        texts = made_up_text(total, args.seed + 1)
+        print(f"shape {args.shape}, beam {args.beam_size}, {args.out_tokens} tokens per output, "
+              f"{args.threads} threads, batches of {args.batch_size}, max wait {args.max_wait_ms} ms", flush=True)
+        levels = [offline(checkpoint, texts, args)]
+        print(f"  offline        : {levels[0].tokens_per_s:8.1f} tok/s", flush=True)
+        levels += serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args)
+        levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
+    by = {(lv.mode, lv.clients): lv for lv in levels}
+    print("\nclients  dynamic/batch-1  dynamic/offline")
+    ratios = []
+    for n in args.clients:
+        d, b = by[("dynamic", n)], by[("batch-1", n)]
+        ratios.append({"clients": n, "dynamic_over_batch1": d.tokens_per_s / b.tokens_per_s,
+                       "dynamic_over_offline": d.tokens_per_s / levels[0].tokens_per_s})
+        print(f"{n:7d}  {ratios[-1]['dynamic_over_batch1']:14.2f}x  {ratios[-1]['dynamic_over_offline']:14.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
+                                                      for k, v in vars(args).items()},
+                                         "levels": [asdict(lv) for lv in levels], "ratios": ratios}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
