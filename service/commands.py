@@ -1,12 +1,15 @@
-"""The `transformer serve` and `transformer worker` subcommands."""
+"""The `transformer serve`, `transformer worker` and `transformer attention` subcommands."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import signal
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from service.settings import ServiceSettings
@@ -28,6 +31,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--redis-url", default=None, help="REDIS_URL")
     p.add_argument("--name", default=None, help="consumer name (TRANSFORMER_WORKER_NAME); unique per worker")
     p.set_defaults(run=run_worker)
+
+    p = sub.add_parser("attention", help="translate one text and draw its attention as a PNG heatmap",
+                       description="Default: cross-attention of the last decoder layer, mean over heads. "
+                                   "Layers and heads count from 0.")
+    p.add_argument("text", help="the text to translate (or summarize)")
+    p.add_argument("--model", required=True, help="checkpoint directory")
+    p.add_argument("--png", required=True, help="heatmap file to write")
+    p.add_argument("--json", default=None, help="also write every attention map, as POST /attention answers")
+    p.add_argument("--kind", choices=["cross", "encoder", "decoder"], default="cross",
+                   help="cross: output over source tokens; encoder or decoder: self-attention")
+    p.add_argument("--layer", type=int, default=-1, help="layer index; negative counts from the last (default -1)")
+    p.add_argument("--head", type=head_arg, default=None, metavar="H|mean", help="head index, or mean (default)")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--max-length", type=int, default=None, help="most output tokens; default: input length + 50")
+    p.add_argument("--truncate", action="store_true", help="cut an input longer than the model's limit")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.set_defaults(run=run_attention)
+
+
+def head_arg(value: str) -> int | None:
+    """--head: an index, or mean (None) for the mean over heads."""
+    if value == "mean":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a head index or 'mean', got {value!r}") from None
 
 
 def settings_from(args: argparse.Namespace, **names: str) -> ServiceSettings:
@@ -71,4 +101,27 @@ def run_worker(args: argparse.Namespace) -> int:
     with contextlib.suppress(Exception):  # Redis may be gone at shutdown; nothing to clean then
         source.close()
     log.info("worker %s stopped", s.worker_name)
+    return 0
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from model.translator import Translator
+    from service.batcher import attention_json
+    from service.heatmap import select, write_png
+
+    translator = Translator.load(args.model, device=args.device)
+    a, b = (1.0, 50) if args.max_length is None else (0.0, args.max_length)  # as POST /attention
+    best = translator.translate([args.text], beam_size=args.beam_size, max_len_a=a, max_len_b=b,
+                                return_attention=True, truncate=args.truncate)[0]
+    assert best.attention is not None
+    heatmap = select(best.attention, args.kind, args.layer, args.head)
+    print(best.text, flush=True)
+    print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
+    if args.json:
+        body = {"model": Path(args.model).resolve().name, "text": best.text, "score": best.score,
+                **attention_json(best.attention)}
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(body, ensure_ascii=False))
+        print(f"wrote {out}", file=sys.stderr)
     return 0

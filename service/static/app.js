@@ -1,0 +1,711 @@
+"use strict";
+// The demo page: translate or summarize with one of the service's models, then look at its attention.
+// Every text from the user or a model goes into the page through textContent, never as markup.
+
+const $ = (selector) => document.querySelector(selector);
+const SVG = "http://www.w3.org/2000/svg";
+const START = "(start)"; // the decoder's first input, before any output token
+const MAX_LABEL = 16; // characters of a token shown as an axis label
+const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
+  [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
+const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
+  decoder: "Decoder self-attention"};
+const AXES = {cross: ["output token", "source token"], encoder: ["source token (query)", "source token (key)"],
+  decoder: ["output token", "decoder input (key)"]};
+
+const state = {
+  models: [],
+  attention: null, // the last POST /attention answer
+  kind: "cross",
+  layer: 0,
+  head: "mean", // or a head index
+  view: "matrix",
+  matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
+  hover: {row: null, col: null},
+};
+
+/** An error answered by the service, in its {"error": {code, message, details}} shape. */
+class ApiError extends Error {
+  constructor(code, message, details, status) {
+    super(message);
+    this.code = code;
+    this.details = details;
+    this.status = status;
+  }
+}
+
+/** An element with attributes and, optionally, text (always as text). */
+function el(tag, attrs = {}, text) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** An SVG element with attributes and, optionally, text. */
+function svgEl(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** A token cut to MAX_LABEL characters for a label. */
+function short(token) {
+  return token.length <= MAX_LABEL ? token : token.slice(0, MAX_LABEL - 1) + "…";
+}
+
+/** The colour of t in [0, 1] on the Blues scale, as [r, g, b]. */
+function colour(t) {
+  const x = Math.min(1, Math.max(0, t)) * (BLUES.length - 1);
+  const i = Math.min(BLUES.length - 2, Math.floor(x));
+  const f = x - i;
+  return BLUES[i].map((c, k) => Math.round(c + f * (BLUES[i + 1][k] - c)));
+}
+
+function css([r, g, b]) {
+  return `rgb(${r}, ${g}, ${b})`;
+}
+
+// -- the API --------------------------------------------------------------------------------------
+
+/** GET (no body) or POST JSON to the service; throws ApiError with the service's message. */
+async function api(path, body) {
+  const headers = {Accept: "application/json"};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const key = $("#api-key").value.trim();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  let response;
+  try {
+    response = await fetch(path, {method: body === undefined ? "GET" : "POST", headers,
+      body: body === undefined ? undefined : JSON.stringify(body)});
+  } catch (e) {
+    throw new ApiError("network", `could not reach the service (${e.message})`, null, 0);
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const err = data && data.error;
+    if (err) throw new ApiError(err.code, err.message, err.details, response.status);
+    throw new ApiError(`http_${response.status}`, `the service answered ${response.status}`, null, response.status);
+  }
+  return data;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** GET /models, waiting while the service is still loading them. */
+async function loadModels() {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await api("models");
+    } catch (e) {
+      if (e.status !== 503 || attempt >= 120) throw e;
+      setStatus(`Waiting for the service: ${e.message}`, true);
+      await sleep(1000);
+    }
+  }
+}
+
+// -- status and errors ----------------------------------------------------------------------------
+
+function setStatus(text, busy = false) {
+  const status = $("#status");
+  status.textContent = text;
+  status.classList.toggle("busy", busy);
+}
+
+function showError(error) {
+  $("#error-code").textContent = error.code ? `${error.code}${error.status ? ` (${error.status})` : ""}` : "";
+  let message = error.message || String(error);
+  if (error.code === "invalid_request" && /truncate/.test(message)) {
+    message += ". Or tick “cut inputs over the model's limit” in the decoding options.";
+  }
+  $("#error-message").textContent = message;
+  $("#error").hidden = false;
+}
+
+function clearError() {
+  $("#error").hidden = true;
+  $("#error-code").textContent = "";
+  $("#error-message").textContent = "";
+}
+
+function setBusy(busy, text = "") {
+  for (const id of ["#run", "#model"]) $(id).disabled = busy || state.models.length === 0;
+  document.body.setAttribute("aria-busy", String(busy));
+  setStatus(text, busy);
+}
+
+// -- models ---------------------------------------------------------------------------------------
+
+function currentModel() {
+  return state.models.find((m) => m.id === $("#model").value) || null;
+}
+
+/** A chip with the paper's name of a hyperparameter and its value. */
+function paramChip(name, sub, value) {
+  const chip = el("span", {class: "chip", "data-param": sub ? `${name}_${sub}` : name});
+  const key = el("var", {}, name);
+  if (sub) key.append(el("sub", {}, sub));
+  chip.append(key, ` = ${value}`);
+  return chip;
+}
+
+function showModel() {
+  const model = currentModel();
+  const info = $("#model-info");
+  info.replaceChildren();
+  const summarizes = model && model.task === "summarization";
+  $("#run").textContent = summarizes ? "Summarize" : "Translate";
+  $("#output-title").textContent = summarizes ? "Summary" : "Translation";
+  if (!model) return;
+  const langs = summarizes ? (model.source || "?") : `${model.source || "?"} → ${model.target || "?"}`;
+  info.append(el("span", {class: "chip task"}, `${model.task} · ${langs}`));
+  const p = model.parameters || {};
+  info.append(paramChip("N", "", p.N), paramChip("d", "model", p.d_model), paramChip("d", "ff", p.d_ff),
+    paramChip("h", "", p.h));
+  info.append(el("span", {class: "chip muted"}, `inputs up to ${model.max_length} tokens`));
+}
+
+function fillModels(body) {
+  state.models = body.models || [];
+  const select = $("#model");
+  select.replaceChildren();
+  for (const m of state.models) {
+    select.append(el("option", {value: m.id}, `${m.id} (${m.task})`));
+  }
+  if (state.models.length === 0) select.append(el("option", {value: ""}, "no models"));
+  const errors = Object.entries(body.errors || {});
+  $("#model-errors").hidden = errors.length === 0;
+  $("#model-errors").textContent = errors.map(([id, why]) => `${id} could not be read: ${why}`).join("\n");
+  select.disabled = state.models.length === 0;
+  $("#run").disabled = state.models.length === 0;
+  if (state.models.length === 0) showError({code: "no_models", message: "the service has no models to offer"});
+  showModel();
+}
+
+async function refreshModels() {
+  setStatus("Loading models…", true);
+  try {
+    fillModels(await loadModels());
+    clearError();
+    setStatus("");
+  } catch (e) {
+    setStatus("");
+    showError(e);
+  }
+}
+
+// -- decoding -------------------------------------------------------------------------------------
+
+/** An integer field's value, undefined when empty; throws on anything else than a whole number. */
+function intField(id, name) {
+  const raw = $(id).value.trim();
+  if (raw === "") return undefined;
+  if (!/^\d+$/.test(raw)) throw new ApiError("invalid_option", `${name} must be a whole number, got “${raw}”`);
+  return Number(raw);
+}
+
+function decodeOptions() {
+  const penalty = $("#length-penalty").value.trim();
+  if (penalty !== "" && !Number.isFinite(Number(penalty))) {
+    throw new ApiError("invalid_option", `length penalty must be a number, got “${penalty}”`);
+  }
+  return {
+    beam_size: intField("#beam-size", "beam size") ?? 4,
+    n_best: intField("#n-best", "n-best") ?? 1,
+    length_penalty: penalty === "" ? 0.6 : Number(penalty),
+    max_length: intField("#max-length", "max output tokens"),
+    min_length: intField("#min-length", "min output tokens") ?? 0,
+    no_repeat_ngram_size: intField("#no-repeat", "no-repeat n-gram") ?? 0,
+    truncate: $("#truncate").checked,
+  };
+}
+
+function showOutput(item) {
+  $("#best").textContent = item.text;
+  const tokens = $("#best-tokens");
+  tokens.replaceChildren(...item.tokens.map((t) => el("span", {class: "token"}, t)));
+  const list = $("#nbest");
+  list.replaceChildren();
+  const all = [{text: item.text, score: item.score}, ...item.alternatives];
+  all.forEach((h, i) => {
+    const li = el("li", {"data-testid": "nbest-item", "data-score": h.score, class: i === 0 ? "first" : ""});
+    li.append(el("span", {class: "score", title: String(h.score)}, h.score.toFixed(3)));
+    li.append(el("span", {class: "text"}, h.text));
+    if (i === 0) li.append(el("span", {class: "tag best-tag"}, "best"));
+    list.append(li);
+  });
+  $("#output-card").dataset.state = "done";
+}
+
+async function run() {
+  const model = currentModel();
+  const text = $("#input").value;
+  clearError();
+  if (!model) return;
+  if (!text.trim()) {
+    showError({code: "empty", message: "type a text first"});
+    return;
+  }
+  let options;
+  try {
+    options = decodeOptions();
+  } catch (e) {
+    showError(e);
+    return;
+  }
+  const summarizes = model.task === "summarization";
+  const card = $("#output-card");
+  card.hidden = false;
+  card.dataset.state = "loading";
+  $("#echo").textContent = text;
+  $("#best").textContent = "";
+  $("#best-tokens").replaceChildren();
+  $("#nbest").replaceChildren();
+  if ($("#with-attention").checked) $("#attention-card").dataset.state = "loading";
+  setBusy(true, summarizes ? "Summarizing…" : "Translating…");
+  try {
+    const body = {q: text, model: model.id, ...options};
+    const data = await api(summarizes ? "summarize" : "translate", body);
+    showOutput(summarizes ? data.summaries[0] : data.translations[0]);
+    if ($("#with-attention").checked) {
+      setBusy(true, "Computing attention…");
+      const attention = await api("attention", {q: text, model: model.id, beam_size: options.beam_size,
+        max_length: options.max_length, truncate: options.truncate});
+      showAttention(attention, options.beam_size);
+    }
+    setBusy(false, "");
+  } catch (e) {
+    if (card.dataset.state === "loading") card.dataset.state = "error";
+    if ($("#attention-card").dataset.state === "loading") $("#attention-card").dataset.state = "error";
+    setBusy(false, "");
+    showError(e);
+  }
+}
+
+// -- attention: choosing a matrix -----------------------------------------------------------------
+
+function stackOf(kind) {
+  return state.attention[kind] || [];
+}
+
+/** Row and column tokens; decoder keys are its inputs: the start symbol, then the output so far. */
+function labelsOf(kind) {
+  const a = state.attention;
+  if (kind === "cross") return [a.target_tokens, a.source_tokens];
+  if (kind === "encoder") return [a.source_tokens, a.source_tokens];
+  return [a.target_tokens, [START, ...a.target_tokens.slice(0, -1)]];
+}
+
+/** One head's weights, or the mean over a layer's heads. */
+function weightsOf(kind, layer, head) {
+  const heads = stackOf(kind)[layer];
+  if (head !== "mean") return heads[head];
+  return heads[0].map((row, i) => row.map((_, j) => heads.reduce((sum, m) => sum + m[i][j], 0) / heads.length));
+}
+
+function maxOf(weights) {
+  let max = 0;
+  for (const row of weights) for (const w of row) max = Math.max(max, w);
+  return max || 1;
+}
+
+function currentMatrix() {
+  const weights = weightsOf(state.kind, state.layer, state.head);
+  const [rows, cols] = labelsOf(state.kind);
+  const heads = stackOf(state.kind)[state.layer].length;
+  const which = state.head === "mean" ? `mean over ${heads} heads` : `head ${state.head}`;
+  const [rowAxis, colAxis] = AXES[state.kind];
+  return {weights, rows, cols, max: maxOf(weights), rowAxis, colAxis,
+    title: `${KIND_NAMES[state.kind]}, layer ${state.layer}, ${which}`};
+}
+
+function showAttention(attention, beamSize) {
+  state.attention = attention;
+  for (const kind of ["encoder", "decoder"]) {
+    $(`[data-testid=kind-${kind}]`).disabled = !attention[kind];
+  }
+  if (!attention[state.kind]) selectKind("cross");
+  state.layer = stackOf(state.kind).length - 1;
+  state.head = "mean";
+  const card = $("#attention-card");
+  card.hidden = false;
+  $("#attention-of").textContent = `Of the best output of a beam of ${beamSize}: `
+    + `“${attention.text}” (score ${attention.score.toFixed(3)})`;
+  fillSelectors();
+  render();
+  card.dataset.state = "done";
+}
+
+function fillSelectors() {
+  const stack = stackOf(state.kind);
+  const layer = $("#layer");
+  layer.replaceChildren(...stack.map((_, i) => el("option", {value: i}, String(i))));
+  layer.value = String(state.layer);
+  const head = $("#head");
+  head.replaceChildren(el("option", {value: "mean"}, "mean"), ...stack[0].map((_, i) => el("option", {value: i},
+    String(i))));
+  head.value = String(state.head);
+}
+
+function selectKind(kind) {
+  state.kind = kind;
+  $(`[data-testid=kind-${kind}]`).checked = true;
+  const layers = stackOf(kind).length;
+  if (state.layer >= layers) state.layer = layers - 1;
+  if (state.head !== "mean" && state.head >= stackOf(kind)[0].length) state.head = "mean";
+}
+
+function choose(layer, head) {
+  state.layer = layer;
+  state.head = head;
+  $("#layer").value = String(layer);
+  $("#head").value = String(head);
+  render();
+}
+
+function render() {
+  if (!state.attention) return;
+  state.matrix = currentMatrix();
+  const m = state.matrix;
+  $("#caption").textContent = `${m.title}. Rows: ${m.rowAxis}s (${m.rows.length}); columns: ${m.colAxis}s `
+    + `(${m.cols.length}); each row sums to 1.`;
+  $("#matrix-view").hidden = state.view !== "matrix";
+  $("#lines-view").hidden = state.view !== "lines";
+  renderHeatmap(m);
+  renderLegend(m);
+  renderLines(m);
+  renderThumbs();
+}
+
+// -- attention: the heatmap -----------------------------------------------------------------------
+
+function cellSize(rows, cols) {
+  return Math.max(14, Math.min(36, Math.floor(640 / Math.max(rows, cols))));
+}
+
+/** Draw the weights, one square per cell, into a canvas of cell-sized squares (sharp on any screen). */
+function drawCells(canvas, m, cell) {
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = m.cols.length * cell * ratio;
+  canvas.height = m.rows.length * cell * ratio;
+  canvas.style.width = `${m.cols.length * cell}px`;
+  canvas.style.height = `${m.rows.length * cell}px`;
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  m.weights.forEach((row, i) => row.forEach((w, j) => {
+    ctx.fillStyle = css(colour(w / m.max));
+    ctx.fillRect(j * cell, i * cell, cell, cell);
+  }));
+}
+
+function labelList(className, tokens, cell, axis) {
+  const box = el("div", {class: `${className}s`, "data-testid": `${className}s`});
+  tokens.forEach((token, i) => {
+    const label = el("div", {class: className, "data-index": i, title: token}, short(token));
+    label.style[axis] = `${cell}px`;
+    label.style.lineHeight = `${cell}px`;
+    label.addEventListener("mouseenter", () => setHover(className === "row-label" ? i : null,
+      className === "col-label" ? i : null));
+    label.addEventListener("mouseleave", () => setHover(null, null));
+    box.append(label);
+  });
+  return box;
+}
+
+function renderHeatmap(m) {
+  const box = $("#heatmap");
+  const cell = cellSize(m.rows.length, m.cols.length);
+  box.dataset.rows = m.rows.length;
+  box.dataset.cols = m.cols.length;
+  box.dataset.cell = cell;
+  box.dataset.hoverRow = "";
+  box.dataset.hoverCol = "";
+  state.hover = {row: null, col: null};
+  const corner = el("div", {class: "corner"});
+  corner.append(el("span", {class: "axis-x"}, `${m.colAxis}s →`), el("span", {class: "axis-y"}, `↓ ${m.rowAxis}s`));
+  const plot = el("div", {class: "plot"});
+  const canvas = el("canvas", {id: "heatmap-canvas", "data-testid": "heatmap-canvas"});
+  const overlay = el("canvas", {class: "overlay", "aria-hidden": "true"});
+  drawCells(canvas, m, cell);
+  overlay.width = canvas.width;
+  overlay.height = canvas.height;
+  overlay.style.width = canvas.style.width;
+  overlay.style.height = canvas.style.height;
+  plot.append(canvas, overlay);
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", `${m.title}: ${m.rows.length} by ${m.cols.length} weights`);
+  canvas.addEventListener("mousemove", (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const col = Math.floor((event.clientX - rect.left) / rect.width * m.cols.length);
+    const row = Math.floor((event.clientY - rect.top) / rect.height * m.rows.length);
+    if (row >= 0 && row < m.rows.length && col >= 0 && col < m.cols.length) setHover(row, col, event);
+  });
+  canvas.addEventListener("mouseleave", () => setHover(null, null));
+  box.replaceChildren(corner, labelList("col-label", m.cols, cell, "width"),
+    labelList("row-label", m.rows, cell, "height"), plot);
+}
+
+/** Highlight a row and/or a column: labels get the class "hl", the heatmap data-hover-row/-col. */
+function setHover(row, col, event) {
+  const box = $("#heatmap");
+  if (state.hover.row === row && state.hover.col === col && !event) return;
+  state.hover = {row, col};
+  box.dataset.hoverRow = row === null ? "" : row;
+  box.dataset.hoverCol = col === null ? "" : col;
+  for (const label of box.querySelectorAll(".hl")) label.classList.remove("hl");
+  if (row !== null) box.querySelector(`.row-label[data-index="${row}"]`).classList.add("hl");
+  if (col !== null) box.querySelector(`.col-label[data-index="${col}"]`).classList.add("hl");
+  drawHover(row, col);
+  showTooltip(row, col, event);
+}
+
+function drawHover(row, col) {
+  const overlay = $("#heatmap .overlay");
+  const cell = Number($("#heatmap").dataset.cell);
+  const ratio = window.devicePixelRatio || 1;
+  const ctx = overlay.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, overlay.width, overlay.height);
+  const width = overlay.width / ratio;
+  const height = overlay.height / ratio;
+  ctx.fillStyle = "rgba(255, 176, 32, 0.22)";
+  if (row !== null) ctx.fillRect(0, row * cell, width, cell);
+  if (col !== null) ctx.fillRect(col * cell, 0, cell, height);
+  if (row !== null && col !== null) {
+    ctx.strokeStyle = "#e8590c";
+    ctx.lineWidth = 2;
+    ctx.strokeRect(col * cell + 1, row * cell + 1, cell - 2, cell - 2);
+  }
+}
+
+function showTooltip(row, col, event) {
+  const tip = $("#tooltip");
+  const m = state.matrix;
+  if (row === null || col === null || !event) {
+    tip.hidden = true;
+    return;
+  }
+  tip.replaceChildren(el("span", {class: "token"}, m.rows[row]), el("span", {class: "arrow"}, " → "),
+    el("span", {class: "token"}, m.cols[col]), el("strong", {"data-testid": "tooltip-weight"},
+      m.weights[row][col].toFixed(3)));
+  const view = $("#matrix-view").getBoundingClientRect();
+  tip.style.left = `${event.clientX - view.left + 14}px`;
+  tip.style.top = `${event.clientY - view.top + 14}px`;
+  tip.hidden = false;
+}
+
+function renderLegend(m) {
+  const bar = $("#legend-bar");
+  const ctx = bar.getContext("2d");
+  for (let x = 0; x < bar.width; x++) {
+    ctx.fillStyle = css(colour(x / (bar.width - 1)));
+    ctx.fillRect(x, 0, 1, bar.height);
+  }
+  $("#legend-max").textContent = m.max.toFixed(3);
+}
+
+// -- attention: lines, as tensor2tensor draws them ------------------------------------------------
+
+function renderLines(m) {
+  const svg = $("#lines");
+  svg.replaceChildren();
+  const rowHeight = 22;
+  const top = 34;
+  const leftX = 190;
+  const rightX = 430;
+  const n = Math.max(m.rows.length, m.cols.length);
+  const height = top + n * rowHeight + 8;
+  svg.setAttribute("viewBox", `0 0 620 ${height}`);
+  svg.setAttribute("width", "620");
+  svg.setAttribute("height", String(height));
+  const keyY = (j) => top + j * rowHeight + rowHeight / 2;
+  const queryY = (i) => top + i * rowHeight + rowHeight / 2;
+  svg.append(svgEl("text", {x: leftX - 10, y: 16, class: "axis", "text-anchor": "end"}, `${m.colAxis}s`),
+    svgEl("text", {x: rightX + 10, y: 16, class: "axis"}, `${m.rowAxis}s`));
+  const lines = svgEl("g", {class: "links"});
+  m.weights.forEach((row, i) => row.forEach((w, j) => {
+    const t = w / m.max;
+    if (t < 0.02) return;
+    lines.append(svgEl("line", {x1: leftX, y1: keyY(j), x2: rightX, y2: queryY(i), "stroke-opacity": t.toFixed(3),
+      "data-row": i, "data-col": j}));
+  }));
+  svg.append(lines);
+  const focus = (attr, index) => {
+    svg.classList.toggle("focus", index !== null);
+    for (const line of lines.children) line.classList.toggle("on", line.getAttribute(attr) === String(index));
+  };
+  const token = (text, x, y, anchor, attr, index) => {
+    const node = svgEl("text", {x, y: y + 4, "text-anchor": anchor, class: "token", "data-index": index}, short(text));
+    node.append(svgEl("title", {}, text));
+    node.addEventListener("mouseenter", () => focus(attr, index));
+    node.addEventListener("mouseleave", () => focus(attr, null));
+    return node;
+  };
+  m.cols.forEach((t, j) => svg.append(token(t, leftX - 10, keyY(j), "end", "data-col", j)));
+  m.rows.forEach((t, i) => svg.append(token(t, rightX + 10, queryY(i), "start", "data-row", i)));
+}
+
+// -- attention: every layer and head, as bertviz's model view -------------------------------------
+
+function thumbnail(weights) {
+  const rows = weights.length;
+  const cols = weights[0].length;
+  const canvas = el("canvas", {width: cols, height: rows});
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(cols, rows);
+  const max = maxOf(weights);
+  weights.forEach((row, i) => row.forEach((w, j) => {
+    const [r, g, b] = colour(w / max);
+    image.data.set([r, g, b, 255], (i * cols + j) * 4);
+  }));
+  ctx.putImageData(image, 0, 0);
+  const scale = 72 / Math.max(rows, cols); // the longer side 72 px, the shorter at least 24 px
+  canvas.style.width = `${Math.max(24, Math.round(cols * scale))}px`;
+  canvas.style.height = `${Math.max(24, Math.round(rows * scale))}px`;
+  return canvas;
+}
+
+function renderThumbs() {
+  const grid = $("#thumbs");
+  const stack = stackOf(state.kind);
+  const heads = stack[0].length;
+  grid.style.gridTemplateColumns = `auto repeat(${heads + 1}, auto)`;
+  const cells = [el("span")];
+  for (let h = 0; h < heads; h++) cells.push(el("span", {class: "thumb-head"}, `head ${h}`));
+  cells.push(el("span", {class: "thumb-head"}, "mean"));
+  stack.forEach((_, layer) => {
+    cells.push(el("span", {class: "thumb-layer"}, `layer ${layer}`));
+    for (const head of [...stack[layer].keys(), "mean"]) {
+      const selected = layer === state.layer && head === state.head;
+      const button = el("button", {type: "button", class: selected ? "thumb selected" : "thumb",
+        "data-testid": "thumb", "data-layer": layer, "data-head": head, "aria-pressed": selected,
+        title: `layer ${layer}, ${head === "mean" ? "mean over heads" : `head ${head}`}`});
+      button.append(thumbnail(weightsOf(state.kind, layer, head)));
+      button.addEventListener("click", () => choose(layer, head));
+      cells.push(button);
+    }
+  });
+  grid.replaceChildren(...cells);
+}
+
+// -- exports --------------------------------------------------------------------------------------
+
+function download(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = el("a", {href: url, download: name});
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+function exportName(extension) {
+  const m = state.attention.model.replace(/[^\w.-]+/g, "_");
+  const head = state.head === "mean" ? "mean" : `h${state.head}`;
+  return `attention-${m}-${state.kind}-l${state.layer}-${head}.${extension}`;
+}
+
+/** The heatmap as a figure: title, rotated column labels, row labels, cells and a colour bar. */
+function figure(m) {
+  const scale = 2;
+  const cell = Math.max(16, Math.min(32, Math.floor(720 / Math.max(m.rows.length, m.cols.length))));
+  const font = "12px system-ui, sans-serif";
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = font;
+  const widest = (tokens) => Math.max(...tokens.map((t) => probe.measureText(short(t)).width));
+  const left = Math.ceil(widest(m.rows)) + 48;
+  const top = Math.ceil(widest(m.cols)) + 56;
+  const width = left + m.cols.length * cell + 110;
+  const height = top + m.rows.length * cell + 24;
+  const canvas = el("canvas", {width: width * scale, height: height * scale});
+  const ctx = canvas.getContext("2d");
+  ctx.scale(scale, scale);
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, width, height);
+  ctx.fillStyle = "#1f2937";
+  ctx.font = "600 14px system-ui, sans-serif";
+  ctx.fillText(m.title, 12, 22);
+  ctx.font = font;
+  m.weights.forEach((row, i) => row.forEach((w, j) => {
+    ctx.fillStyle = css(colour(w / m.max));
+    ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
+  }));
+  ctx.fillStyle = "#1f2937";
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  m.rows.forEach((t, i) => ctx.fillText(short(t), left - 6, top + (i + 0.5) * cell));
+  m.cols.forEach((t, j) => {
+    ctx.save();
+    ctx.translate(left + (j + 0.5) * cell, top - 6);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    ctx.fillText(short(t), 0, 0);
+    ctx.restore();
+  });
+  const barX = left + m.cols.length * cell + 24;
+  const barHeight = Math.max(60, m.rows.length * cell);
+  for (let y = 0; y < barHeight; y++) {
+    ctx.fillStyle = css(colour(1 - y / (barHeight - 1)));
+    ctx.fillRect(barX, top + y, 14, 1);
+  }
+  ctx.fillStyle = "#1f2937";
+  ctx.textAlign = "left";
+  ctx.fillText(m.max.toFixed(3), barX + 20, top + 6);
+  ctx.fillText("0", barX + 20, top + barHeight - 6);
+  return canvas;
+}
+
+function exportPng() {
+  figure(state.matrix).toBlob((blob) => {
+    if (blob) download(blob, exportName("png"));
+  }, "image/png");
+}
+
+function exportJson() {
+  download(new Blob([JSON.stringify(state.attention)], {type: "application/json"}), exportName("json"));
+}
+
+// -- wiring ---------------------------------------------------------------------------------------
+
+function init() {
+  $("#model").addEventListener("change", showModel);
+  $("#run").addEventListener("click", run);
+  $("#input").addEventListener("input", () => {
+    const n = $("#input").value.length;
+    $("#char-count").textContent = `${n} character${n === 1 ? "" : "s"}`;
+  });
+  $("#input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && !$("#run").disabled) run();
+  });
+  $("#api-key").addEventListener("change", refreshModels);
+  for (const radio of document.querySelectorAll("input[name=kind]")) {
+    radio.addEventListener("change", () => {
+      selectKind(radio.value);
+      fillSelectors();
+      render();
+    });
+  }
+  for (const radio of document.querySelectorAll("input[name=view]")) {
+    radio.addEventListener("change", () => {
+      state.view = radio.value;
+      render();
+    });
+  }
+  $("#layer").addEventListener("change", () => choose(Number($("#layer").value), state.head));
+  $("#head").addEventListener("change", () => {
+    const head = $("#head").value;
+    choose(state.layer, head === "mean" ? "mean" : Number(head));
+  });
+  $("#export-json").addEventListener("click", exportJson);
+  $("#export-png").addEventListener("click", exportPng);
+  refreshModels();
+}
+
+document.addEventListener("DOMContentLoaded", init);

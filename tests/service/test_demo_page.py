@@ -1,0 +1,289 @@
+"""The browser demo at / in real headless Chromium against the real server: translations equal the API's,
+the heatmap has a cell per token pair and highlights on hover, exports work, model text stays text, and the
+page loads nothing from outside the service."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+
+from tests.service.conftest import Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+TEXT = "kalo mine ruza vo"
+XSS = "<img src=x onerror=alert(1)>"
+LONG = "kalo mine ruza " * 40  # more than tiny-en-de's 64 tokens
+OPTIONS = {"beam_size": 3, "n_best": 2, "max_length": 6}  # random weights decode to the length limit
+DARKEST = (8, 48, 107)  # the top of the Blues scale
+
+
+@dataclass
+class Session:
+    """One page on the server, with everything it asked for and every dialog and script error it raised."""
+
+    server: Server
+    page: Page
+    requests: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = httpx.post(f"{self.server.url}{path}", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: the demo page tests need Debian's Chromium; "
+                    "install it with `apt-get install -y chromium`")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM))
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def session(browser: Browser, serve: Callable[..., Server]) -> Iterator[Session]:
+    server = serve()
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    s = Session(server, page)
+    page.on("request", lambda r: s.requests.append(r.url))
+    page.on("dialog", lambda d: (s.dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: s.errors.append(str(e)))
+    page.on("console", lambda m: s.console_errors.append(m.text) if m.type == "error" else None)
+    page.goto(f"{server.url}/")
+    yield s
+    context.close()
+
+
+def run_in_page(page: Page, text: str, model: str = "tiny-en-de", **options: Any) -> None:
+    """Pick the model, type the text, set the options, press the button; waits for the output."""
+    page.get_by_test_id("model-select").select_option(model)
+    page.get_by_test_id("input").fill(text)
+    if not page.locator("#options").evaluate("e => e.open"):
+        page.locator("#options summary").click()
+    for name, testid in (("beam_size", "beam-size"), ("n_best", "n-best"), ("max_length", "max-length")):
+        page.get_by_test_id(testid).fill(str(options.get(name, OPTIONS[name])))
+    page.get_by_test_id("run").click()
+
+
+def wait_done(page: Page) -> None:
+    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "done")
+    expect(page.get_by_test_id("attention")).to_have_attribute("data-state", "done")
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def pixel(page: Page, x: float, y: float) -> tuple[int, int, int]:
+    rgb = page.evaluate("([x, y]) => Array.from(document.querySelector('#heatmap-canvas').getContext('2d')"
+                        ".getImageData(x, y, 1, 1).data.slice(0, 3))", [x, y])
+    return (int(rgb[0]), int(rgb[1]), int(rgb[2]))
+
+
+def heatmap_shape(page: Page) -> tuple[int, int]:
+    heatmap = page.get_by_test_id("heatmap")
+    return int(heatmap.get_attribute("data-rows") or -1), int(heatmap.get_attribute("data-cols") or -1)
+
+
+def titles(page: Page, selector: str) -> list[str]:
+    return [str(t) for t in page.locator(selector).evaluate_all("els => els.map(e => e.title)")]
+
+
+def test_translate_attention_hover_and_exports(session: Session) -> None:
+    page = session.page
+    run_in_page(page, TEXT)
+    wait_done(page)
+
+    want = session.post("/translate", {"q": TEXT, "model": "tiny-en-de", **OPTIONS})
+    best, alternative = want["translations"][0], want["translations"][0]["alternatives"][0]
+    expect(page.get_by_test_id("best-text")).to_have_text(want["translatedText"])
+    expect(page.get_by_test_id("echo")).to_have_text(TEXT)
+    items = page.get_by_test_id("nbest-item")
+    expect(items).to_have_count(2)
+    assert items.locator(".text").all_text_contents() == [best["text"], alternative["text"]]
+    scores = [float(s or "nan") for s in items.evaluate_all("els => els.map(e => e.dataset.score)")]
+    assert scores == pytest.approx([best["score"], alternative["score"]], abs=1e-6)
+    assert page.get_by_test_id("best-tokens").locator(".token").all_text_contents() == best["tokens"]
+
+    params = {m["id"]: m for m in httpx.get(f"{session.server.url}/models").json()["models"]}["tiny-en-de"]
+    info = page.get_by_test_id("model-info")
+    expect(info.locator("[data-param=N]")).to_have_text(f"N = {params['parameters']['N']}")
+    expect(info.locator("[data-param=d_model]")).to_have_text(f"dmodel = {params['parameters']['d_model']}")
+    expect(info.locator("[data-param=h]")).to_have_text(f"h = {params['parameters']['h']}")
+
+    attention = session.post("/attention", {"q": TEXT, "model": "tiny-en-de", "beam_size": 3, "max_length": 6})
+    S, T = len(attention["source_tokens"]), len(attention["target_tokens"])
+    assert S >= 4 and T >= 3
+    assert heatmap_shape(page) == (T, S)
+    assert titles(page, "#heatmap .row-label") == attention["target_tokens"]
+    assert titles(page, "#heatmap .col-label") == attention["source_tokens"]
+    canvas = page.get_by_test_id("heatmap-canvas")
+    box = canvas.bounding_box()
+    assert box is not None
+    cell = box["width"] / S
+    assert box["height"] == pytest.approx(T * cell) and cell >= 14
+
+    mean = np.array(attention["cross"][-1]).mean(axis=0)  # the default view: last layer, mean over heads
+    r, c = np.unravel_index(mean.argmax(), mean.shape)
+    assert pixel(page, (c + 0.5) * cell, (r + 0.5) * cell) == DARKEST  # colour scale tops at the largest weight
+
+    row, col = 1, 2
+    canvas.hover(position={"x": (col + 0.5) * cell, "y": (row + 0.5) * cell})
+    heatmap = page.get_by_test_id("heatmap")
+    expect(heatmap).to_have_attribute("data-hover-row", str(row))
+    expect(heatmap).to_have_attribute("data-hover-col", str(col))
+    assert page.locator("#heatmap .row-label.hl").evaluate_all("els => els.map(e => e.dataset.index)") == [str(row)]
+    assert page.locator("#heatmap .col-label.hl").evaluate_all("els => els.map(e => e.dataset.index)") == [str(col)]
+    expect(page.get_by_test_id("tooltip")).to_be_visible()
+    assert float(page.get_by_test_id("tooltip-weight").inner_text()) == pytest.approx(mean[row, col], abs=2e-3)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "demo-page.png"), full_page=True)
+    page.get_by_test_id("row-labels").locator(".row-label").nth(0).hover()
+    expect(heatmap).to_have_attribute("data-hover-row", "0")
+    expect(heatmap).to_have_attribute("data-hover-col", "")
+
+    thumbs = page.get_by_test_id("thumb")
+    layers, heads = len(attention["cross"]), len(attention["cross"][0])
+    expect(thumbs).to_have_count(layers * (heads + 1))  # every head and the mean, per layer
+    page.locator("[data-testid=thumb][data-layer='0'][data-head='2']").click()
+    expect(page.get_by_test_id("layer")).to_have_value("0")
+    expect(page.get_by_test_id("head")).to_have_value("2")
+    expect(page.get_by_test_id("caption")).to_contain_text("layer 0, head 2")
+    expect(page.locator("[data-testid=thumb].selected")).to_have_attribute("data-head", "2")
+    one = np.array(attention["cross"][0][2])
+    r, c = np.unravel_index(one.argmax(), one.shape)
+    assert pixel(page, (c + 0.5) * cell, (r + 0.5) * cell) == DARKEST
+
+    page.get_by_test_id("kind-encoder").check()
+    assert heatmap_shape(page) == (S, S)
+    page.get_by_test_id("kind-decoder").check()
+    assert heatmap_shape(page) == (T, T)
+    assert titles(page, "#heatmap .col-label") == ["(start)", *attention["target_tokens"][:-1]]
+    page.get_by_test_id("kind-cross").check()
+    assert heatmap_shape(page) == (T, S)
+
+    page.get_by_test_id("view-lines").check()
+    lines = page.get_by_test_id("lines")
+    expect(lines).to_be_visible()
+    expect(page.get_by_test_id("heatmap")).to_be_hidden()
+    expect(lines.locator("text.token")).to_have_count(S + T)
+    opacities = [float(o) for o in lines.locator("line").evaluate_all(
+        "els => els.map(e => e.getAttribute('stroke-opacity'))")]
+    assert opacities and max(opacities) == 1.0 and all(0 < o <= 1 for o in opacities)
+    page.get_by_test_id("view-matrix").check()
+
+    with page.expect_download() as download:
+        page.get_by_test_id("export-json").click()
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert {k: exported[k] for k in ("model", "text", "source_tokens", "target_tokens")} == \
+        {k: attention[k] for k in ("model", "text", "source_tokens", "target_tokens")}
+    np.testing.assert_allclose(np.array(exported["cross"]), np.array(attention["cross"]), atol=1.01e-3)
+    with page.expect_download() as download:
+        page.get_by_test_id("export-png").click()
+    assert download.value.suggested_filename == "attention-tiny-en-de-cross-l0-h2.png"
+    width, height = png_size(Path(download.value.path()).read_bytes())
+    assert width > 2 * S * 16 and height > 2 * T * 16  # drawn at twice the size, with labels around
+
+    origin = session.server.url + "/"
+    assert session.requests and all(u.startswith((origin, "blob:" + origin)) for u in session.requests), \
+        session.requests
+    assert not session.errors and not session.console_errors and not session.dialogs
+
+
+def test_script_in_the_input_stays_text(session: Session) -> None:
+    page = session.page
+    run_in_page(page, XSS)
+    wait_done(page)
+    expect(page.get_by_test_id("echo")).to_have_text(XSS)
+    assert page.get_by_test_id("input").input_value() == XSS
+    attention = session.post("/attention", {"q": XSS, "model": "tiny-en-de", "beam_size": 3, "max_length": 6})
+    labels = page.locator("#heatmap .col-label")
+    assert labels.evaluate_all("els => els.map(e => e.title)") == attention["source_tokens"]
+    assert "<unk>" in attention["source_tokens"]  # markup-like model text, shown as it is
+    assert "<unk>" in labels.all_text_contents()
+    canvas = page.get_by_test_id("heatmap-canvas")
+    box = canvas.bounding_box()
+    assert box is not None
+    col = attention["source_tokens"].index("<unk>")
+    canvas.hover(position={"x": (col + 0.5) * box["width"] / len(attention["source_tokens"]), "y": 3})
+    expect(page.get_by_test_id("tooltip")).to_contain_text("<unk>")
+    page.get_by_test_id("view-lines").check()
+    expect(page.get_by_test_id("lines").locator("text.token", has_text="<unk>").first).to_be_visible()
+    for tag in ("img", "unk", "script"):
+        assert page.locator(f"body {tag}").count() == 0, tag
+    assert not session.dialogs and not session.errors
+
+
+def test_loading_errors_and_long_inputs(session: Session) -> None:
+    page = session.page
+    held: list[Route] = []
+    page.route("**/translate", lambda route: held.append(route))  # hold the answer to see the loading state
+    run_in_page(page, TEXT)
+    expect(page.get_by_test_id("run")).to_be_disabled()
+    expect(page.get_by_test_id("status")).to_have_text("Translating…")
+    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "loading")
+    assert len(held) == 1
+    held[0].continue_()
+    wait_done(page)
+    expect(page.get_by_test_id("run")).to_be_enabled()
+    expect(page.get_by_test_id("status")).to_have_text("")
+    page.unroute("**/translate")
+
+    page.get_by_test_id("input").fill(LONG)
+    page.get_by_test_id("run").click()
+    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "error")
+    r = httpx.post(f"{session.server.url}/translate", json={"q": LONG, "model": "tiny-en-de", **OPTIONS})
+    assert r.status_code == 422
+    expect(page.get_by_test_id("error")).to_be_visible()
+    expect(page.get_by_test_id("error-message")).to_contain_text(r.json()["error"]["message"])
+    expect(page.get_by_test_id("error-code")).to_have_text("invalid_request (422)")
+    expect(page.get_by_test_id("run")).to_be_enabled()
+
+    page.get_by_test_id("truncate").check()
+    page.get_by_test_id("run").click()
+    wait_done(page)
+    expect(page.get_by_test_id("error")).to_be_hidden()
+    limit = {m["id"]: m for m in httpx.get(f"{session.server.url}/models").json()["models"]}["tiny-en-de"]
+    assert heatmap_shape(page)[1] == limit["max_length"]  # cut to the model's limit
+    cell = page.get_by_test_id("heatmap").get_attribute("data-cell")
+    assert int(cell or 0) >= 14  # cells stay readable; the heatmap scrolls inside its box instead
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=str(ARTIFACTS / "demo-page-long.png"), full_page=True)
+
+    page.get_by_test_id("beam-size").fill("2")
+    page.get_by_test_id("n-best").fill("3")
+    page.get_by_test_id("run").click()
+    expect(page.get_by_test_id("error-message")).to_contain_text("n_best: 3 is more than beam_size (2)")
+    assert not session.errors
+
+
+def test_summarize(session: Session) -> None:
+    page = session.page
+    page.get_by_test_id("model-select").select_option("tiny-sum")
+    expect(page.get_by_test_id("run")).to_have_text("Summarize")
+    expect(page.get_by_test_id("model-info")).to_contain_text("summarization")
+    run_in_page(page, TEXT, model="tiny-sum", n_best=1)
+    wait_done(page)
+    want = session.post("/summarize", {"q": TEXT, "model": "tiny-sum", **OPTIONS, "n_best": 1})
+    expect(page.get_by_test_id("best-text")).to_have_text(want["summaries"][0]["text"])
+    expect(page.get_by_test_id("nbest-item")).to_have_count(1)
+    assert not session.errors and not session.dialogs
