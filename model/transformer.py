@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from model.cache import DecoderCache, LayerCache
 from model.config import ModelConfig
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention
+from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
 
 
 def key_mask(src_mask: Tensor) -> Tensor:
@@ -100,6 +101,8 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else nn.Identity()
         self.out_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None
+        self.packed_logits: Tensor | None  # the pre-softmax weight packed for CPU inference (pack_for_cpu)
+        self.register_buffer("packed_logits", None, persistent=False)
         self.reset_parameters()
 
     @property
@@ -144,8 +147,20 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear, sharing the target embedding matrix (§3.4)."""
+        if self.packed_logits is not None and packed_ok(hidden):
+            return packed_linear(hidden, self.packed_logits, self.logits_bias)
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
         return F.linear(hidden, weight, self.logits_bias)
+
+    def pack_for_cpu(self) -> bool:
+        """Pre-pack every linear weight, the tied pre-softmax one included, for fast CPU float32
+        inference (model.packing); the parameters and the arithmetic stay the same."""
+        weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
+        if not packing_available() or weight.dtype != torch.float32 or weight.device.type != "cpu":
+            return False
+        pack_linears(self)
+        self.packed_logits = pack_weight(weight)
+        return True
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher-forced logits (B, T, tgt_vocab_size) for training; with keep, a (B, T) bool mask,

@@ -39,7 +39,7 @@ def settings(run_dir: Path, corpus: Path, **overrides: Any) -> dict[str, Any]:
         "run_dir": str(run_dir), "source_lang": "xx", "target_lang": "xx",
         "data": {"corpus": "jsonl", "paths": [str(corpus)]}, "split": {"dev": 0.02, "test": 0.03},
         "vocab": {"size": 20}, "preset": "tiny", "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
-        "batch_tokens": 800, "warmup": 100, "lr_scale": 0.3, "eps_ls": 0.0, "max_steps": 1000,
+        "batch_tokens": 800, "warmup": 200, "lr_scale": 0.5, "eps_ls": 0.0, "max_steps": 1000,
         "log_every": 50, "eval_every": 10_000, "save_every": 10_000, "eval_beam_size": 1, "progress": False,
     }
     values.update(overrides)
