@@ -58,6 +58,7 @@ class Level:
     requests_per_s: float
     p50_ms: float
     p99_ms: float
+    mean_batch: float = 0.0  # texts per decoded batch, from the server's /metrics
 
 
 def made_up_text(n: int, seed: int, min_words: int = 6, max_words: int = 20) -> list[str]:
@@ -148,17 +149,28 @@ async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespa
         return time.perf_counter() - start, latencies
 
 
+def batches_so_far(url: str) -> tuple[float, float]:
+    """(batches, texts) decoded by the server so far."""
+    metrics = dict(line.split(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
+                   if line.startswith("transformer_batch_size_"))
+    return float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"])
+
+
 def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace) -> list[Level]:
     out = []
     with ServerProcess(models, batch_size, args) as server:
         for n in args.clients:
             count = max(args.min_requests, args.requests_per_client * n)
+            before = batches_so_far(server.url)
             seconds, lat = asyncio.run(drive(server.url, texts[:count], n, args))
+            after = batches_so_far(server.url)
             q = statistics.quantiles(lat, n=100, method="inclusive")
             level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
-                          1000 * statistics.median(lat), 1000 * q[98])
+                          1000 * statistics.median(lat), 1000 * q[98],
+                          (after[1] - before[1]) / max(1.0, after[0] - before[0]))
             print(f"  {mode:8s} N={n:3d}: {level.tokens_per_s:8.1f} tok/s  {level.requests_per_s:6.2f} req/s  "
-                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms", flush=True)
+                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/batch",
+                  flush=True)
             out.append(level)
     return out
 
@@ -169,10 +181,10 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
-    p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--requests-per-client", type=int, default=4)
     p.add_argument("--min-requests", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--max-wait-ms", type=float, default=10.0)  # the service default
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--out-tokens", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)

@@ -15,6 +15,7 @@ from service.settings import ServiceSettings
 from service.tasks import Task, TaskResult
 
 log = logging.getLogger("service")
+RETURN_WAIT = 0.15  # the share of a batch's decoding time worth waiting for its clients' next requests
 
 
 class SourceUnavailable(Exception):
@@ -50,6 +51,9 @@ class Worker:
         self.pool = Pool()
         self.maintain_every_s = maintain_every_s
         self.last_maintained = 0.0
+        self.answered = 0  # requests answered by the last batch
+        self.answered_at = 0.0
+        self.last_decode_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
         """Work until stop is set; an unreachable queue is waited out, never fatal."""
@@ -60,6 +64,18 @@ class Worker:
                 log.warning("queue unavailable (%s); retrying", e)
                 self.pool = Pool()  # what was in flight is redelivered once the queue is back
                 stop.wait(1.0)
+            except Exception as e:  # a bug must not stop the worker and leave requests waiting
+                log.exception("worker step failed")
+                self.fail_all(f"worker error: {type(e).__name__}: {e}")
+
+    def fail_all(self, reason: str) -> None:
+        """Answer every task in flight with an error and start over with an empty pool."""
+        pending, self.pool = list(self.pool.tasks.values()), Pool()
+        for p in pending:
+            try:
+                self.source.finish(p.task, TaskResult(error=reason))
+            except SourceUnavailable:
+                return  # redelivered once the queue is back
 
     def step(self) -> None:
         """Admit new tasks (waiting up to max_wait_ms to fill a batch), then decode one batch."""
@@ -69,13 +85,32 @@ class Worker:
             self.last_maintained = time.monotonic()
         idle = not self.pool.items
         self.admit(self.source.read(s.max_batch_size, 1.0 if idle else 0.0))
-        if idle and self.pool.items:
-            deadline = time.monotonic() + s.max_wait_ms / 1000
-            while (self.pool.sentences < s.max_batch_size and self.pool.tokens() < s.max_batch_tokens
-                   and (left := deadline - time.monotonic()) > 0):
-                self.admit(self.source.read(s.max_batch_size - self.pool.sentences, left))
+        deadline = time.monotonic() + self.wait_budget()
+        while self.pool.items and self.should_wait(idle) and (left := deadline - time.monotonic()) > 0:
+            self.admit(self.source.read(s.max_batch_size - self.pool.sentences, left))
         if self.pool.items:
             self.decode_next()
+
+    def wait_budget(self) -> float:
+        """Seconds to wait for more texts: max_wait_ms, or while the clients of the last batch come back,
+        up to RETURN_WAIT of that batch's decoding time (a small price for a full next batch)."""
+        wait = self.settings.max_wait_ms / 1000
+        return max(wait, RETURN_WAIT * self.last_decode_s) if self.answered else wait
+
+    def should_wait(self, idle: bool) -> bool:
+        """Whether to wait (at most max_wait_ms) for more texts before decoding.
+
+        From idle, a first burst is gathered. After a batch, the clients it answered usually send their
+        next request within milliseconds: waiting until as many requests came in since then keeps batches
+        full, where decoding at once would let the load settle into half-full batches taking turns.
+        """
+        s = self.settings
+        if self.pool.sentences >= s.max_batch_size or self.pool.tokens() >= s.max_batch_tokens:
+            return False
+        if not self.answered:
+            return idle
+        came_back = sum(p.task.created >= self.answered_at for p in self.pool.tasks.values())
+        return came_back < self.answered
 
     def admit(self, tasks: list[Task]) -> None:
         for task in tasks:
@@ -106,10 +141,14 @@ class Worker:
                 self.pool.drop(t.id)
                 self.source.finish(t, TaskResult(error=f"decoding failed: {e}"))
             return
-        self.source.record_batch(len(batch), tokens, time.perf_counter() - start)
+        self.last_decode_s = time.perf_counter() - start
+        self.source.record_batch(len(batch), tokens, self.last_decode_s)
         for item, output in zip(batch, outputs, strict=True):
             self.pool.deliver(item, output)
-        for pending in self.pool.finished():
+        finished = self.pool.finished()
+        self.answered = sum(p.task.kind == "request" for p in finished)
+        self.answered_at = time.time()  # the clock of Task.created
+        for pending in finished:
             self.source.finish(pending.task, TaskResult([o for o in pending.outputs if o is not None]))
         for t in {i.task.id: i.task for i in batch if i.task.kind == "job"}.values():
             if t.id in self.pool.tasks:
