@@ -24,7 +24,7 @@ from service.schemas import (
 )
 from service.settings import ServiceSettings
 from service.state import ApiKey, ReadyState, ServiceState
-from service.tasks import JobState, Kind, Options, Output, Task, TaskResult
+from service.tasks import JobState, Kind, Options, Output, Task, TaskResult, TaskStatus
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     c: {"model": ErrorResponse} for c in (401, 404, 413, 422, 429, 500, 503, 504)}
@@ -129,9 +129,8 @@ async def submit_job(req: JobRequest, response: Response, state: ReadyState, _: 
     state.registry.check(task, "texts")
     await state.queue.submit(task)
     response.headers["Location"] = f"/jobs/{task.id}"
-    job = await state.queue.state(task.id)
-    assert job is not None
-    return job_response(job)
+    return JobResponse(id=task.id, status=TaskStatus.queued, model=info.id,
+                       progress=JobProgress(done=0, total=len(task.texts)))
 
 
 @router.get("/jobs/{job_id}", response_model=JobResponse, tags=["jobs"])
