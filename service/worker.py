@@ -78,7 +78,7 @@ class Worker:
                 return  # redelivered once the queue is back
 
     def step(self) -> None:
-        """Admit new tasks (waiting up to max_wait_ms to fill a batch), then decode one batch."""
+        """Admit new tasks (waiting up to wait_budget() to fill a batch), then decode one batch."""
         s = self.settings
         if time.monotonic() - self.last_maintained > self.maintain_every_s:
             self.admit(self.source.maintain(list(self.pool.tasks)))
@@ -98,11 +98,13 @@ class Worker:
         return max(wait, RETURN_WAIT * self.last_decode_s) if self.answered else wait
 
     def should_wait(self, idle: bool) -> bool:
-        """Whether to wait (at most max_wait_ms) for more texts before decoding.
+        """Whether to wait (at most wait_budget()) for more texts before decoding.
 
         From idle, a first burst is gathered. After a batch, the clients it answered usually send their
-        next request within milliseconds: waiting until as many requests came in since then keeps batches
-        full, where decoding at once would let the load settle into half-full batches taking turns.
+        next request soon (tens to hundreds of milliseconds on a busy machine): waiting until as many
+        requests came in since then keeps batches full, where decoding at once would let the load settle
+        into half-full batches taking turns. Task.created is the API's clock; with Redis on several
+        machines a skewed clock only makes this wait run to its budget.
         """
         s = self.settings
         if self.pool.sentences >= s.max_batch_size or self.pool.tokens() >= s.max_batch_tokens:
