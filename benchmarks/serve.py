@@ -103,7 +103,8 @@ class ServerProcess:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
-               "TRANSFORMER_THREADS": str(args.threads), "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size),
+               "TRANSFORMER_THREADS": str(args.server_threads or args.threads),
+               "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size),
                "TRANSFORMER_MAX_WAIT_MS": str(args.max_wait_ms), "TRANSFORMER_MAX_QUEUE": "100000",
                "TRANSFORMER_MAX_BATCH_TOKENS": "1000000", "TRANSFORMER_REQUEST_TIMEOUT_S": "600"}
         env.pop("REDIS_URL", None)
@@ -183,6 +184,8 @@ def main() -> None:
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
     p.add_argument("--requests-per-client", type=int, default=4)
     p.add_argument("--min-requests", type=int, default=32)
+    p.add_argument("--server-threads", type=int, default=None,
+                   help="torch threads of the servers (default: --threads, as the offline engine)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=10.0)  # the service default
     p.add_argument("--beam-size", type=int, default=4)
