@@ -24,7 +24,7 @@ from service.schemas import (
 )
 from service.settings import ServiceSettings
 from service.state import ApiKey, ReadyState, ServiceState
-from service.tasks import JobState, Kind, Options, Output, Task, TaskResult, TaskStatus
+from service.tasks import JobState, Options, Output, Task, TaskResult, TaskStatus
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     c: {"model": ErrorResponse} for c in (401, 404, 413, 422, 429, 500, 503, 504)}
@@ -55,7 +55,7 @@ def options_of(req: DecodeOptions, settings: ServiceSettings) -> Options:
                    no_repeat_ngram_size=req.no_repeat_ngram_size, max_len_a=a, max_len_b=b)
 
 
-async def run(state: ServiceState, info: ModelInfo, task: Task, field: str) -> TaskResult:
+async def run(state: ServiceState, task: Task, field: str) -> TaskResult:
     """Validate against the model, queue, wait for the answer."""
     state.registry.check(task, field)
     await state.queue.submit(task)
@@ -77,7 +77,7 @@ async def texts_task(state: ServiceState, req: TextRequest, kind: str) -> tuple[
     check_texts(texts, "q", s.max_texts, s)
     options = options_of(req, s)
     info = state.registry.resolve(kind, req.model, req.source, req.target)
-    result = await run(state, info, Task(info.id, texts, options, truncate=req.truncate), "q")
+    result = await run(state, Task(info.id, texts, options, truncate=req.truncate), "q")
     return info, [output_text(o) for o in result.outputs]
 
 
@@ -105,7 +105,7 @@ async def attention(req: AttentionRequest, state: ReadyState, _: ApiKey) -> Atte
     options = options_of(DecodeOptions(beam_size=req.beam_size, max_length=req.max_length), s)
     info = state.registry.get(req.model) if req.model else \
         state.registry.resolve("translation", None, req.source, req.target)
-    result = await run(state, info, Task(info.id, [req.q], options, attention=True, truncate=req.truncate), "q")
+    result = await run(state, Task(info.id, [req.q], options, attention=True, truncate=req.truncate), "q")
     out = result.outputs[0]
     maps = out.attention or {}
     return AttentionResponse(model=info.id, text=out.hypotheses[0].text, score=out.hypotheses[0].score, **maps)
@@ -124,8 +124,7 @@ async def submit_job(req: JobRequest, response: Response, state: ReadyState, _: 
     check_texts(req.texts, "texts", s.max_job_texts, s)
     options = options_of(req, s)
     info = state.registry.resolve(req.task, req.model, req.source, req.target)
-    kind: Kind = "job"
-    task = Task(info.id, req.texts, options, kind=kind, truncate=req.truncate)
+    task = Task(info.id, req.texts, options, kind="job", truncate=req.truncate)
     state.registry.check(task, "texts")
     await state.queue.submit(task)
     response.headers["Location"] = f"/jobs/{task.id}"

@@ -122,9 +122,10 @@ def decode_batch(translator: Translator, batch: list[Item]) -> tuple[list[Output
     nbests = translator.search([i.ids for i in batch], cfg)
     outputs, tokens = [], 0
     for item, nbest in zip(batch, nbests, strict=True):
-        hyps = [Hyp(translator.tokenizer.decode_target(h.tokens), h.score,
-                    translator.tokenizer.target_pieces(h.tokens)) for h in nbest]
-        tokens += sum(len(h.tokens) + 1 for h in nbest[:1])
-        attention = attention_json(translator.attention(item.ids, nbest[0].tokens)) if task.attention else None
-        outputs.append(Output(hyps, attention))
+        results = [translator.result(item.ids, h, return_attention=task.attention and j == 0)
+                   for j, h in enumerate(nbest)]  # attention for the best hypothesis only
+        best = results[0].attention
+        outputs.append(Output([Hyp(r.text, r.score, r.tokens) for r in results],
+                              attention_json(best) if best is not None else None))
+        tokens += len(nbest[0].tokens) + 1  # the best hypothesis and its EOS
     return outputs, tokens

@@ -66,6 +66,8 @@ class MemoryQueue:
         self.ready = threading.Condition(self.lock)
         self.queued: deque[Task] = deque()
         self.entries: dict[str, _Entry] = {}
+        self.active = 0  # tasks queued or running
+        self.ended: deque[tuple[float, str]] = deque()  # (expiry, task id) of ended tasks, oldest first
         self.counters: dict[str, float] = {}
         self.hits: dict[tuple[str, int], int] = {}
 
@@ -74,9 +76,10 @@ class MemoryQueue:
     async def submit(self, task: Task) -> None:
         with self.ready:
             self._expire()
-            if self._depth() >= self.settings.max_queue:
+            if self.active >= self.settings.max_queue:
                 raise QueueFull(f"the queue is full ({self.settings.max_queue} tasks); try again shortly", 1)
-            self.entries[task.id] = _Entry(task, expires=time.time() + self.settings.result_ttl_s)
+            self.entries[task.id] = _Entry(task)
+            self.active += 1
             self.queued.append(task)
             self.ready.notify()
 
@@ -92,7 +95,7 @@ class MemoryQueue:
         except TimeoutError:
             with self.lock:
                 if entry.result is None:
-                    entry.status = TaskStatus.cancelled
+                    self._end(entry, TaskStatus.cancelled)
                     raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded") from None
         assert entry.result is not None
         return entry.result
@@ -108,7 +111,7 @@ class MemoryQueue:
 
     async def depth(self) -> int:
         with self.lock:
-            return self._depth()
+            return self.active
 
     async def ping(self) -> None:
         return None
@@ -127,14 +130,22 @@ class MemoryQueue:
     async def close(self) -> None:
         return None
 
-    def _depth(self) -> int:
-        return sum(e.status in (TaskStatus.queued, TaskStatus.running) for e in self.entries.values())
+    def _end(self, entry: _Entry, status: TaskStatus) -> None:
+        """Move a task to an ended status; it is kept for result_ttl_s from now."""
+        if entry.status in (TaskStatus.queued, TaskStatus.running):
+            self.active -= 1
+        entry.status = status
+        entry.expires = time.time() + self.settings.result_ttl_s
+        self.ended.append((entry.expires, entry.task.id))
 
     def _expire(self) -> None:
+        """Forget ended tasks past their expiry (the oldest first: only those are looked at)."""
         now = time.time()
-        for k in [k for k, e in self.entries.items() if e.expires < now
-                  and e.status not in (TaskStatus.queued, TaskStatus.running)]:
-            del self.entries[k]
+        while self.ended and self.ended[0][0] < now:
+            _, task_id = self.ended.popleft()
+            e = self.entries.get(task_id)
+            if e is not None and e.expires < now:
+                del self.entries[task_id]
 
     # -- the worker's side (WorkSource) ----------------------------------------------------------
 
@@ -166,8 +177,7 @@ class MemoryQueue:
             entry = self.entries[task.id]
             entry.result = result
             entry.done = len(result.outputs)
-            entry.status = TaskStatus.failed if result.error else TaskStatus.done
-            entry.expires = time.time() + self.settings.result_ttl_s
+            self._end(entry, TaskStatus.failed if result.error else TaskStatus.done)
             for loop, event in entry.events:
                 loop.call_soon_threadsafe(event.set)
 

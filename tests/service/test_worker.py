@@ -64,3 +64,24 @@ def test_unknown_model_and_too_long_input_fail_only_their_task(models_dir: Path)
     assert "not loaded on this worker" in (results[0].error or "")
     assert "limit of 64" in (results[1].error or "")
     assert results[2].error is None and len(results[2].outputs) == 1
+
+
+def test_memory_queue_counts_active_tasks_and_forgets_ended_ones_after_their_ttl() -> None:
+    queue = MemoryQueue(ServiceSettings(result_ttl_s=1, max_queue=2))
+    first, second = Task("m", ["a"]), Task("m", ["b"])
+
+    async def go() -> None:
+        await queue.submit(first)
+        await queue.submit(second)
+        assert await queue.depth() == 2
+        from service.errors import QueueFull
+        with pytest.raises(QueueFull):
+            await queue.submit(Task("m", ["c"]))
+        assert queue.read(2, 0) == [first, second]
+        queue.finish(first, TaskResult(error="x"))
+        assert await queue.depth() == 1
+        assert (await queue.state(first.id)) is not None
+        await asyncio.sleep(1.1)
+        assert await queue.state(first.id) is None  # expired
+        assert await queue.state(second.id) is not None  # still running: never expires
+    asyncio.run(go())
