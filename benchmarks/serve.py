@@ -3,12 +3,15 @@
 One run builds a random model (`--shape`, SentencePiece trained on the fly on made-up text; nothing is
 downloaded), then measures, on this machine:
 
-1. the offline engine: `Translator.translate` over all texts in batches of `--batch-size` (the ceiling);
+1. the offline engine: `Translator.translate` over all texts in batches of `--batch-size` (the ceiling),
+   before and after the servers (the machine's speed drifts; the ratio uses the mean of the two);
 2. `transformer serve` with dynamic batching (`TRANSFORMER_MAX_BATCH_SIZE=--batch-size`);
 3. `transformer serve` with batch size 1 (`TRANSFORMER_MAX_BATCH_SIZE=1`),
 
 each server in its own process with `--threads` torch threads, driven by N concurrent HTTP clients
 (N in `--clients`), each sending one text per POST /translate and the next as soon as it is answered.
+The clients are minimal keep-alive HTTP/1.1 connections on asyncio, as cheap as a client can be: they
+share the machine's cores with the server.
 Every output is forced to exactly `--out-tokens` tokens (min_length = max_length), so every mode does the
 same decoding work. Reported: target tokens/s, requests/s, p50 and p99 latency, and the ratios
 dynamic / batch-1 at each N and dynamic / offline.
@@ -24,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -83,14 +87,14 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path
     return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
 
 
-def offline(checkpoint: Path, texts: list[str], args: argparse.Namespace) -> Level:
+def offline(checkpoint: Path, texts: list[str], args: argparse.Namespace, mode: str) -> Level:
     tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
     opts = dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
     tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size, **opts)  # warm-up
     start = time.perf_counter()
     tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **opts)
     seconds = time.perf_counter() - start
-    return Level("offline", 0, len(texts), seconds, len(texts) * args.out_tokens / seconds,
+    return Level(mode, 0, len(texts), seconds, len(texts) * args.out_tokens / seconds,
                  len(texts) / seconds, 0.0, 0.0)
 
 
@@ -128,26 +132,56 @@ class ServerProcess:
         self.proc.wait(timeout=30)
 
 
+class Connection:
+    """A minimal keep-alive HTTP/1.1 client on asyncio streams: the client shares the server's cores,
+    so it should cost as little as possible (httpx costs a few ms of CPU per request)."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.host, self.port = host, int(port)
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: dict[str, object]) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        data = json.dumps(body).encode()
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespace) -> tuple[float, list[float]]:
     """N clients, each posting its share of texts one after another; returns wall time and latencies."""
     body = {"beam_size": args.beam_size, "min_length": args.out_tokens, "max_length": args.out_tokens}
     latencies: list[float] = []
     queue = list(reversed(texts))
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def client(conn: Connection) -> None:
         while queue:
             text = queue.pop()
             start = time.perf_counter()
-            r = await http.post("/translate", json={"q": text, **body})
-            r.raise_for_status()
+            status, payload = await conn.post("/translate", {"q": text, **body})
+            if status != 200:
+                raise RuntimeError(f"POST /translate answered {status}: {payload[:200]!r}")
             latencies.append(time.perf_counter() - start)
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
-        await http.post("/translate", json={"q": texts[0], **body})  # warm-up
+    connections = [Connection(url) for _ in range(clients)]
+    try:
         start = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
+        await asyncio.gather(*(client(c) for c in connections))
         return time.perf_counter() - start, latencies
+    finally:
+        for c in connections:
+            c.close()
 
 
 def batches_so_far(url: str) -> tuple[float, float]:
@@ -162,6 +196,7 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
     with ServerProcess(models, batch_size, args) as server:
         for n in args.clients:
             count = max(args.min_requests, args.requests_per_client * n)
+            asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up, outside the batch counts
             before = batches_so_far(server.url)
             seconds, lat = asyncio.run(drive(server.url, texts[:count], n, args))
             after = batches_so_far(server.url)
@@ -182,7 +217,7 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
-    p.add_argument("--requests-per-client", type=int, default=4)
+    p.add_argument("--requests-per-client", type=int, default=8)
     p.add_argument("--min-requests", type=int, default=32)
     p.add_argument("--server-threads", type=int, default=None,
                    help="torch threads of the servers (default: --threads, as the offline engine)")
@@ -200,17 +235,22 @@ def main() -> None:
         texts = made_up_text(total, args.seed + 1)
         print(f"shape {args.shape}, beam {args.beam_size}, {args.out_tokens} tokens per output, "
               f"{args.threads} threads, batches of {args.batch_size}, max wait {args.max_wait_ms} ms", flush=True)
-        levels = [offline(checkpoint, texts, args)]
-        print(f"  offline        : {levels[0].tokens_per_s:8.1f} tok/s", flush=True)
-        levels += serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args)
+        before = offline(checkpoint, texts, args, "offline-before")
+        print(f"  offline        : {before.tokens_per_s:8.1f} tok/s (before the servers)", flush=True)
+        levels = serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args)
         levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
+        after = offline(checkpoint, texts, args, "offline-after")
+        print(f"  offline        : {after.tokens_per_s:8.1f} tok/s (after the servers)", flush=True)
+    # The machine's speed drifts over a run: the ceiling is the mean of the offline runs before and after.
+    ceiling = (before.tokens_per_s + after.tokens_per_s) / 2
+    levels = [before, after, *levels]
     by = {(lv.mode, lv.clients): lv for lv in levels}
     print("\nclients  dynamic/batch-1  dynamic/offline")
     ratios = []
     for n in args.clients:
         d, b = by[("dynamic", n)], by[("batch-1", n)]
         ratios.append({"clients": n, "dynamic_over_batch1": d.tokens_per_s / b.tokens_per_s,
-                       "dynamic_over_offline": d.tokens_per_s / levels[0].tokens_per_s})
+                       "dynamic_over_offline": d.tokens_per_s / ceiling})
         print(f"{n:7d}  {ratios[-1]['dynamic_over_batch1']:14.2f}x  {ratios[-1]['dynamic_over_offline']:14.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
