@@ -117,6 +117,40 @@ def test_step_advances_the_position() -> None:
     assert not torch.allclose(first, second)  # same token, new position and new context
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@torch.no_grad()
+def test_reordered_cache_equals_recomputing_the_reordered_histories(seed: int) -> None:
+    """Beam search's use of the cache: 1 -> 3 rows per sentence, then new parents each step (a few rows
+    copied in place, or all rows copied), then a finished sentence leaves."""
+    model, beams = variant_model("paper"), 3
+    src, src_mask = padded_batch([7, 4])
+    gen = torch.Generator().manual_seed(seed)
+    memory, _ = model.encode(src, src_mask)
+    cache = model.start_cache(memory, src_mask, capacity=2)  # grows on the way
+    history = torch.full((2, 1), 2)
+    _, cache = model.step(history[:, -1], cache)
+    rows = torch.arange(2).repeat_interleave(beams)
+    history, cache = history[rows], cache.reorder(rows, beams=beams)
+    for step in range(8):
+        history = torch.cat([history, torch.randint(4, SRC_V, (history.size(0), 1), generator=gen)], dim=1)
+        _, cache = model.step(history[:, -1], cache)
+        parents = torch.arange(2 * beams)
+        if step % 2:  # one row takes another's history: copied in place
+            sentence = int(torch.randint(0, 2, (1,), generator=gen))
+            row, parent = (sentence * beams + torch.randperm(beams, generator=gen)[:2]).tolist()
+            parents[row] = parent
+        else:  # random parents within each sentence: most rows move, all are copied
+            parents = torch.arange(2).repeat_interleave(beams) * beams + torch.randint(0, beams, (2 * beams,),
+                                                                                        generator=gen)
+        history, cache = history[parents], cache.reorder(parents)
+    survivors = torch.arange(beams, 2 * beams)  # sentence 0 is finished
+    history, cache = history[survivors], cache.reorder(survivors)
+    history = torch.cat([history, torch.randint(4, SRC_V, (beams, 1), generator=gen)], dim=1)
+    logits, _ = model.step(history[:, -1], cache)
+    full = model(src[1:].repeat_interleave(beams, 0), src_mask[1:].repeat_interleave(beams, 0), history)
+    torch.testing.assert_close(logits, full[:, -1], atol=1e-5, rtol=0)
+
+
 # -- masks ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["paper", "pre_ln", "learned_positions"])
