@@ -3,7 +3,9 @@
 One run builds a random Hugging Face Marian model, copies its very weights into ours, and trains both on the
 same padded batches of random token ids the way training/trainer.py does one optimizer step (forward,
 label-smoothed loss, backward, Adam with the paper's rate schedule), then prints target tokens per second
-and the ratio ours / transformers:
+and the ratio ours / transformers. Each engine computes the label-smoothed loss (eps_ls 0.1, the same
+function) with its own code: ours with training.optim.label_smoothed_loss, as our trainer does, and
+transformers with its Trainer's LabelSmoother (`--peer-loss ours` gives it ours, to compare the models alone):
 
     python benchmarks/train.py --shape small
     python benchmarks/train.py --shape base --steps 4 --warmup-steps 2 --json base.json
@@ -61,12 +63,14 @@ class Workload:
 @dataclass
 class Engine:
     """One model with its optimizer; `logits` runs the teacher-forced forward pass of a batch and returns
-    the logits with the targets they are scored against (pad where a position does not count)."""
+    the logits with the targets they are scored against (pad where a position does not count); `loss`
+    is the summed label-smoothed cross-entropy of those, each engine's own code for the same function."""
 
     name: str
     module: torch.nn.Module
     optimizer: torch.optim.Optimizer
     logits: Callable[[Any], tuple[torch.Tensor, torch.Tensor]]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     no_grad_check: tuple[str, ...] = ()  # parameters the peer does not train, left out of the gradient check
     step: int = 0  # optimizer steps taken, for the rate schedule
 
@@ -149,7 +153,7 @@ def make_workload(args: argparse.Namespace, device: str) -> Workload:
 
 def ours_engine(hf_dir: Path, args: argparse.Namespace) -> Engine:
     from model.marian import convert_weights, marian_config
-    from training.optim import make_optimizer
+    from training.optim import label_smoothed_loss, make_optimizer
 
     config_path = hf_dir / "config.json"
     cfg = marian_config(json.loads(config_path.read_text(encoding="utf-8")), config_path)
@@ -164,11 +168,16 @@ def ours_engine(hf_dir: Path, args: argparse.Namespace) -> Engine:
         keep = b.tgt_out != pad  # as Trainer.step: logits of the non-pad positions only, (n, V)
         return model(b.src, b.src_mask, b.tgt_in, keep), b.tgt_out[keep]
 
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return label_smoothed_loss(logits, target, args.eps_ls, pad)[0]  # the trainer's
+
     # Marian's final_logits_bias is a buffer that transformers never trains; ours is a parameter.
-    return Engine("ours", model, optimizer, logits, no_grad_check=("logits_bias",))
+    return Engine("ours", model, optimizer, logits, loss, no_grad_check=("logits_bias",))
 
 
 def transformers_engine(hf_model: Any, args: argparse.Namespace) -> Engine:
+    from transformers.trainer_pt_utils import LabelSmoother
+
     from training.optim import make_optimizer
 
     model = hf_model.to(args.device).train()
@@ -180,7 +189,17 @@ def transformers_engine(hf_model: Any, args: argparse.Namespace) -> Engine:
         out = model(input_ids=b.src, attention_mask=b.src_mask, decoder_input_ids=b.tgt_in, use_cache=False)
         return out.logits, b.tgt_out
 
-    return Engine("transformers", model, optimizer, logits)
+    from training.optim import label_smoothed_loss
+
+    smoother = LabelSmoother(epsilon=args.eps_ls, ignore_index=args.vocab_size - 1)
+
+    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if args.peer_loss == "ours":
+            return label_smoothed_loss(logits, target, args.eps_ls, args.vocab_size - 1)[0]
+        # transformers' Trainer's label smoothing; num_items_in_batch=1 gives the sum, not the mean
+        return smoother({"logits": logits}, target, num_items_in_batch=1)
+
+    return Engine("transformers", model, optimizer, logits, loss)
 
 
 # -- one optimizer step, as training/trainer.py's Trainer.step does it ---------------------------------
@@ -198,7 +217,7 @@ def phase(name: str, on: bool) -> contextlib.AbstractContextManager[Any]:
 def train_step(engine: Engine, batch: Any, tokens: int, d_model: int, args: argparse.Namespace,
                pad: int, phases: bool = False) -> float:
     """Forward, label-smoothed loss, backward and an Adam step at the paper's rate; the summed loss."""
-    from training.optim import label_smoothed_loss, noam_rate, set_rate
+    from training.optim import noam_rate, set_rate
 
     engine.step += 1
     set_rate(engine.optimizer, noam_rate(engine.step, d_model, args.warmup))
@@ -206,7 +225,7 @@ def train_step(engine: Engine, batch: Any, tokens: int, d_model: int, args: argp
         with phase("forward", phases):
             logits, target = engine.logits(batch)
         with phase("loss", phases):
-            loss, _ = label_smoothed_loss(logits, target, args.eps_ls, pad)
+            loss = engine.loss(logits, target)
     with phase("backward", phases):
         (loss / tokens).backward()
     value = float(loss.detach())  # as the trainer does: one device sync per step
@@ -223,8 +242,6 @@ def sanity_check(engines: dict[str, Engine], wl: Workload, args: argparse.Namesp
     by design: transformers' embedding has padding_idx=pad, so looking pad up gives its row no gradient
     (only the tied output projection does); ours has no padding_idx. It is reported on its own.
     """
-    from training.optim import label_smoothed_loss
-
     batch, tokens = wl.batches[0], wl.tokens[0]
     keep = batch.tgt_out != wl.pad
     out: dict[str, dict[str, Any]] = {}
@@ -233,7 +250,7 @@ def sanity_check(engines: dict[str, Engine], wl: Workload, args: argparse.Namesp
         e.module.eval()
         with autocast(args):
             logits[name], target = e.logits(batch)
-            loss, _ = label_smoothed_loss(logits[name], target, args.eps_ls, wl.pad)
+            loss = e.loss(logits[name], target)
         if logits[name].dim() == 3:  # compare the positions that count: (n, V)
             logits[name] = logits[name][keep]
         (loss / tokens).backward()
@@ -452,6 +469,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--p-drop", type=float, default=0.1, help="dropout on embeddings and sub-layer outputs")
     p.add_argument("--hf-attention", choices=("sdpa", "eager"), default="sdpa",
                    help="transformers' attention implementation")
+    p.add_argument("--peer-loss", choices=("transformers", "ours"), default="transformers",
+                   help="transformers' loss code: its Trainer's LabelSmoother, or ours (compares the models alone)")
     p.add_argument("--ours-all-positions", action="store_true",
                    help="ours computes the logits of every target position, padding included, as transformers "
                         "does, instead of only the non-pad ones as Trainer.step has it (Transformer.forward keep)")

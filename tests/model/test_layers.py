@@ -10,7 +10,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
-from model.layers import CrossAttention, FeedForward, Residual, SelfAttention, attention, sinusoid_table
+from model.layers import (
+    CrossAttention,
+    Dropout,
+    FeedForward,
+    Residual,
+    SelfAttention,
+    attention,
+    sinusoid_table,
+)
 from tests.conftest import build_model, randomize_, tiny_config
 
 D_MODEL = 512
@@ -204,6 +212,22 @@ def test_residual_sublayer(norm: str) -> None:
     else:  # x + Sublayer(LayerNorm(x))
         torch.testing.assert_close(res.enter(x), layer_norm(x, res), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(res.exit(x, y), x + sublayer(layer_norm(x, res)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_1_minus_p_scaled_by_its_inverse_and_passes_gradients_through_the_kept(p: float) -> None:
+    torch.manual_seed(0)
+    drop = Dropout(p).train()
+    x = (torch.rand(200, 500) + 1.0).requires_grad_()  # no zeros of its own
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    y.sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    assert not torch.equal(drop(x), drop(x))  # a new mask each call
+    torch.testing.assert_close(drop.eval()(x), x)
 
 
 def test_dropout_only_in_training() -> None:

@@ -99,3 +99,21 @@ def test_label_smoothed_loss_matches_torch_and_ignores_padding() -> None:
     unsmoothed, _ = label_smoothed_loss(logits, target, eps_ls=0.0, pad=0)
     assert unsmoothed.item() == pytest.approx(nll.item(), rel=1e-6)
     assert not math.isclose(loss.item(), nll.item())
+
+
+@pytest.mark.parametrize("eps_ls", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_gradient_matches_torch(eps_ls: float) -> None:
+    torch.manual_seed(1)
+    logits, target = torch.randn(4, 6, 40, dtype=torch.float64), torch.randint(1, 40, (4, 6))
+    target[1, 2:] = 0
+    mine = logits.clone().requires_grad_()
+    loss, _ = label_smoothed_loss(mine, target, eps_ls=eps_ls, pad=0)
+    (loss * 3.0).backward()
+    ref = logits.clone().requires_grad_()
+    (F.cross_entropy(ref.reshape(-1, 40), target.reshape(-1), ignore_index=0, reduction="sum",
+                     label_smoothing=eps_ls) * 3.0).backward()
+    assert mine.grad is not None and ref.grad is not None
+    torch.testing.assert_close(mine.grad, ref.grad, atol=1e-12, rtol=1e-9)
+    assert mine.grad[1, 2:].abs().max() == 0  # padding gets no gradient
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, target, eps_ls, 0)[0],
+                                    (logits.clone().requires_grad_(),))
