@@ -65,8 +65,10 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         yield
         await state.close()
 
+    otel = settings.opentelemetry
     app = FastAPI(title="Transformer translation and summarization service", version="0.1.0", lifespan=lifespan,
-                  description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).")
+                  description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).",
+                  telemetry={"tracing": otel, "metrics": otel, "logs": otel})
     app.state.service = state
     install_error_handlers(app)
     app.include_router(ops.router)
