@@ -112,31 +112,12 @@ def _advance(state: _Beams, logp: Tensor, step: int, cfg: DecodingConfig, eos: i
     if len(keep) < B:
         kept = torch.tensor(keep, device=logp.device)
         scores, rows, next_token = scores[kept], rows[kept], next_token[kept]
-    if beams == k:  # the order of a sentence's beams is free: leave most of them in their parent's row
-        order = stay_in_place(rows % k)
-        scores, rows, next_token = scores.gather(1, order), rows.gather(1, order), next_token.gather(1, order)
     rows = rows.flatten()
     return _Beams(
         alive=[state.alive[b] for b in keep], max_len=[state.max_len[b] for b in keep],
         history=torch.cat([state.history.index_select(0, rows), next_token.reshape(-1, 1)], dim=1),
         scores=scores, cache=state.cache.reorder(rows, beams=k),
     )
-
-
-def stay_in_place(parent: Tensor) -> Tensor:
-    """An order of each sentence's k new hypotheses that puts the first child of every parent in that
-    parent's place, so that the cache copies only the other children's histories (DecoderCache.reorder).
-
-    parent: (B, k), the place 0..k-1 of each new hypothesis's parent; returns (B, k) indices into it.
-    """
-    B, k = parent.shape
-    earlier = torch.ones(k, k, dtype=torch.bool, device=parent.device).tril(-1)  # [j, i]: i < j
-    later_child = ((parent[:, :, None] == parent[:, None, :]) & earlier).any(dim=-1)  # (B, k)
-    taken = torch.zeros_like(parent).scatter_add_(1, parent, (~later_child).long()) > 0  # (B, k) places
-    free = torch.sort(taken.to(torch.int8), dim=1, stable=True).indices  # free places first, in order
-    rank = (later_child.cumsum(dim=1) - 1).clamp(min=0)  # (B, k) rank among the later children
-    place = torch.where(later_child, free.gather(1, rank), parent)  # (B, k) a permutation of 0..k-1
-    return torch.empty_like(place).scatter_(1, place, torch.arange(k, device=parent.device).expand(B, k))
 
 
 def _finish(state: _Beams, host: list[list[float]], step: int, cfg: DecodingConfig, eos: int,

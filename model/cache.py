@@ -7,11 +7,6 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-# Reordering copies in place the rows that take another row's history when they are at most this share
-# of all rows (beam search leaves a hypothesis in its parent's row where it can: model.beam.stay_in_place);
-# a copy in place reads and writes each moved row, so past this share one copy of every row is cheaper.
-IN_PLACE_SHARE = 0.4
-
 
 @dataclass(frozen=True)
 class LayerCache:
@@ -76,10 +71,6 @@ class DecoderCache:
         """
         old_beams = self.rows // self.sentences
         new_beams = old_beams if beams is None else beams
-        if new_beams == old_beams and beam_idx.numel() == self.rows:  # the same sentences
-            moved = (beam_idx != torch.arange(self.rows, device=beam_idx.device)).nonzero().squeeze(1)
-            if moved.numel() <= IN_PLACE_SHARE * self.rows:
-                return self._copy_rows(moved, beam_idx.index_select(0, moved))
         kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
         same_sources = kept.numel() == self.sentences
         t = self.step
@@ -97,11 +88,3 @@ class DecoderCache:
             ))
         src_mask = self.src_mask if same_sources else self.src_mask.index_select(0, kept)
         return replace(self, layers=tuple(layers), src_mask=src_mask)
-
-    def _copy_rows(self, rows: Tensor, sources: Tensor) -> DecoderCache:
-        """Row rows[i] takes the history of row sources[i], in place (all sources are read before any write)."""
-        if rows.numel():
-            for layer in self.layers:
-                prefix = layer.kv[:self.step]  # (t, 2, R, h, d_k)
-                prefix.index_copy_(2, rows, prefix.index_select(2, sources))
-        return self

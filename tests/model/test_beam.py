@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from model.beam import Hypothesis, beam_search, stay_in_place
+from model.beam import Hypothesis, beam_search
 from model.config import DecodingConfig
 from model.transformer import Transformer
 from tests.conftest import SPECIAL, build_model, pad_ids, random_source, tiny_config
@@ -307,15 +307,3 @@ def test_banned_ids_are_never_generated() -> None:
     results = search(model, sources(), beam_size=4, n_best=4, max_len_b=6, banned_ids=(10,))
     tokens = {t for hyps in results for h in hyps for t in h.tokens}
     assert tokens and not tokens & {10, SPECIAL.pad, SPECIAL.decoder_start, SPECIAL.eos}
-
-
-@pytest.mark.parametrize("k", [1, 2, 4, 5])
-def test_stay_in_place_is_a_permutation_that_leaves_every_parent_a_child_in_its_place(k: int) -> None:
-    gen = torch.Generator().manual_seed(k)
-    for _ in range(200):
-        parent = torch.randint(0, k, (3, k), generator=gen)
-        order = stay_in_place(parent)
-        for b in range(3):
-            assert sorted(order[b].tolist()) == list(range(k))
-            placed = parent[b, order[b]]
-            assert all(placed[p] == p for p in set(parent[b].tolist()))
