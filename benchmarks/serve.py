@@ -4,7 +4,8 @@ One run builds a random model (`--shape`, SentencePiece trained on the fly on ma
 downloaded), then measures, on this machine:
 
 1. the offline engine: `Translator.translate` over all texts in batches of `--batch-size` (the ceiling),
-   before and after the servers (the machine's speed drifts; the ratio uses the mean of the two);
+   before every dynamic level and after the last (the machine's speed drifts over a run: each level's
+   ratio uses the mean of the offline runs just before and after it);
 2. `transformer serve` with dynamic batching (`TRANSFORMER_MAX_BATCH_SIZE=--batch-size`);
 3. `transformer serve` with batch size 1 (`TRANSFORMER_MAX_BATCH_SIZE=1`),
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -87,15 +89,16 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path
     return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
 
 
-def offline(checkpoint: Path, texts: list[str], args: argparse.Namespace, mode: str) -> Level:
-    tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
+def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: int) -> Level:
+    """The offline engine's throughput, measured just before the level with `before` clients (0: after the last)."""
     opts = dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
-    tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size, **opts)  # warm-up
     start = time.perf_counter()
     tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **opts)
     seconds = time.perf_counter() - start
-    return Level(mode, 0, len(texts), seconds, len(texts) * args.out_tokens / seconds,
-                 len(texts) / seconds, 0.0, 0.0)
+    level = Level("offline", before, len(texts), seconds, len(texts) * args.out_tokens / seconds,
+                  len(texts) / seconds, 0.0, 0.0)
+    print(f"  offline        : {level.tokens_per_s:8.1f} tok/s", flush=True)
+    return level
 
 
 class ServerProcess:
@@ -191,10 +194,15 @@ def batches_so_far(url: str) -> tuple[float, float]:
     return float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"])
 
 
-def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace) -> list[Level]:
+def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace,
+                 ceiling: Callable[[int], Level] | None = None) -> list[Level]:
+    """One server, driven by each number of clients in turn; with ceiling, the offline engine is measured
+    before every level and after the last, so that each level has its ceiling from the minutes around it."""
     out = []
     with ServerProcess(models, batch_size, args) as server:
         for n in args.clients:
+            if ceiling is not None:
+                out.append(ceiling(n))
             count = max(args.min_requests, args.requests_per_client * n)
             asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up, outside the batch counts
             before = batches_so_far(server.url)
@@ -208,6 +216,8 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
                   f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/batch",
                   flush=True)
             out.append(level)
+        if ceiling is not None:
+            out.append(ceiling(0))
     return out
 
 
@@ -235,22 +245,22 @@ def main() -> None:
         texts = made_up_text(total, args.seed + 1)
         print(f"shape {args.shape}, beam {args.beam_size}, {args.out_tokens} tokens per output, "
               f"{args.threads} threads, batches of {args.batch_size}, max wait {args.max_wait_ms} ms", flush=True)
-        before = offline(checkpoint, texts, args, "offline-before")
-        print(f"  offline        : {before.tokens_per_s:8.1f} tok/s (before the servers)", flush=True)
-        levels = serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args)
+        tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
+        tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size)  # warm-up
+        levels = serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args,
+                              ceiling=lambda n: offline(tr, texts, args, n))
         levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
-        after = offline(checkpoint, texts, args, "offline-after")
-        print(f"  offline        : {after.tokens_per_s:8.1f} tok/s (after the servers)", flush=True)
-    # The machine's speed drifts over a run: the ceiling is the mean of the offline runs before and after.
-    ceiling = (before.tokens_per_s + after.tokens_per_s) / 2
-    levels = [before, after, *levels]
-    by = {(lv.mode, lv.clients): lv for lv in levels}
+    # The machine's speed drifts over a run: each level's ceiling is the mean of the offline runs just
+    # before and just after it.
+    ceilings = [lv.tokens_per_s for lv in levels if lv.mode == "offline"]
+    by = {(lv.mode, lv.clients): lv for lv in levels if lv.mode != "offline"}
     print("\nclients  dynamic/batch-1  dynamic/offline")
     ratios = []
-    for n in args.clients:
+    for i, n in enumerate(args.clients):
         d, b = by[("dynamic", n)], by[("batch-1", n)]
+        ceiling = (ceilings[i] + ceilings[i + 1]) / 2
         ratios.append({"clients": n, "dynamic_over_batch1": d.tokens_per_s / b.tokens_per_s,
-                       "dynamic_over_offline": d.tokens_per_s / ceiling})
+                       "offline_tokens_per_s": ceiling, "dynamic_over_offline": d.tokens_per_s / ceiling})
         print(f"{n:7d}  {ratios[-1]['dynamic_over_batch1']:14.2f}x  {ratios[-1]['dynamic_over_offline']:14.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
