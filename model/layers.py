@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,30 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, d_model)
 
 
+@dataclass(frozen=True)
+class Tokens:
+    """Where the real tokens of a padded (B, T) batch are, so that position-wise layers (projections, FFN,
+    LayerNorm) can work on them alone, (n, d_model), and attention on them padded, (B, T, d_model)."""
+
+    index: Tensor  # (n,) flat positions b * T + t of the real tokens, in row-major order
+    B: int
+    T: int
+
+    @staticmethod
+    def of(mask: Tensor) -> Tokens:
+        """mask: (B, T) bool, True on real tokens."""
+        return Tokens(mask.flatten().nonzero().squeeze(1), mask.size(0), mask.size(1))
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, T, ...) -> (n, ...), the real positions only."""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(n, ...) -> (B, T, ...), zeros on the padding."""
+        padded = x.new_zeros(self.B * self.T, *x.shape[1:])
+        return padded.index_copy(0, self.index, x).view(self.B, self.T, *x.shape[1:])
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with one fused Q/K/V projection (§3.2.2)."""
 
@@ -55,13 +80,14 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """All positions at once. x: (B, T, d_model)."""
-        B, T, d_model = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.h, d_model // self.h)  # (B, T, 3, h, d_k)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k)
+                need_weights: bool = False, tokens: Tokens | None = None) -> tuple[Tensor, Tensor | None]:
+        """All positions at once. x: (B, T, d_model), or with tokens (n, d_model), the real ones."""
+        qkv = self.qkv(x) if tokens is None else tokens.unpack(self.qkv(x))  # (B, T, 3 * d_model)
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.h, -1).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, T, d_k)
         y, weights = attention(q, k, v, mask, causal, need_weights)
-        return self.out(merge_heads(y)), weights
+        y = merge_heads(y)  # (B, T, d_model)
+        return self.out(y if tokens is None else tokens.pack(y)), weights
 
     def step(self, x: Tensor, cache: LayerCache, t: int) -> Tensor:
         """One new position t per row. x: (R, 1, d_model); its keys and values go into cache.kv[t]."""

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from model.cache import DecoderCache, LayerCache
 from model.config import ModelConfig
-from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention
+from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
 
 
@@ -30,8 +30,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.ffn_norm = Residual(cfg)
 
-    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights)
+    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False,
+                tokens: Tokens | None = None) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights, tokens=tokens)
         x = self.attn_norm.exit(x, a)
         x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
         return x, weights
@@ -122,13 +123,23 @@ class Transformer(nn.Module):
     # -- encoder ----------------------------------------------------------------------------
 
     def encode(self, src: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """src: (B, S) ids, src_mask: (B, S) bool -> memory (B, S, d_model) and per-layer weights."""
-        x, mask, weights = self.src_embed(src), key_mask(src_mask), []
+        """src: (B, S) ids, src_mask: (B, S) bool -> memory (B, S, d_model) and per-layer weights.
+
+        For inference the position-wise layers see the real tokens only (padding costs them nothing;
+        attention still sees the batch padded and masked), and the memory is zero on the padding.
+        """
+        if need_weights or torch.is_grad_enabled():
+            x, mask, weights = self.src_embed(src), key_mask(src_mask), []
+            for layer in self.encoder:
+                x, w = layer(x, mask, need_weights)
+                if w is not None:
+                    weights.append(w)
+            return self.encoder_norm(x), weights
+        tokens = Tokens.of(src_mask)
+        x = tokens.pack(self.src_embed(src))  # (n, d_model)
         for layer in self.encoder:
-            x, w = layer(x, mask, need_weights)
-            if w is not None:
-                weights.append(w)
-        return self.encoder_norm(x), weights
+            x, _ = layer(x, key_mask(src_mask), tokens=tokens)
+        return tokens.unpack(self.encoder_norm(x)), []
 
     # -- decoder, all positions at once (training, forced decoding) -------------------------
 

@@ -144,6 +144,19 @@ def test_reordered_cache_equals_recomputing_the_reordered_histories(seed: int) -
     torch.testing.assert_close(logits, full[:, -1], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("variant", ["paper", "pre_ln", "learned_positions", "marian_like"])
+def test_inference_encoder_on_the_real_tokens_equals_the_padded_encoder(variant: str) -> None:
+    """Without gradients the encoder's position-wise layers skip the padding: the same memory on the real
+    tokens, zeros on the padding (which attention masks out)."""
+    model = variant_model(variant).eval()
+    src, src_mask = padded_batch([9, 4, 6, 1])
+    padded, _ = model.encode(src, src_mask)  # gradients enabled: every position computed
+    with torch.no_grad():
+        packed, _ = model.encode(src, src_mask)
+    torch.testing.assert_close(packed[src_mask], padded[src_mask].detach(), atol=1e-5, rtol=0)
+    assert packed[~src_mask].abs().max() == 0
+
+
 # -- masks ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", ["paper", "pre_ln", "learned_positions"])
@@ -171,7 +184,8 @@ def test_need_weights_path_gives_the_same_outputs() -> None:
     tgt = random_target(2, 6, SRC_V)
     memory, _ = model.encode(src, src_mask)
     memory_w, _ = model.encode(src, src_mask, need_weights=True)
-    torch.testing.assert_close(memory_w, memory, atol=1e-5, rtol=0)
+    # (on the real tokens: the encoder leaves zeros on the padding when it computes no weights)
+    torch.testing.assert_close(memory_w[src_mask], memory[src_mask], atol=1e-5, rtol=0)
     hidden, _ = model.decode(tgt, memory, src_mask)
     hidden_w, _ = model.decode(tgt, memory, src_mask, need_weights=True)
     torch.testing.assert_close(hidden_w, hidden, atol=1e-5, rtol=0)
