@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sentencepiece as spm
@@ -89,11 +90,15 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path
     return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
 
 
+def offline_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What every mode decodes with: beam --beam-size, exactly --out-tokens tokens."""
+    return dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
+
+
 def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: int) -> Level:
     """The offline engine's throughput, measured just before the level with `before` clients (0: after the last)."""
-    opts = dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
     start = time.perf_counter()
-    tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **opts)
+    tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **offline_options(args))
     seconds = time.perf_counter() - start
     level = Level("offline", before, len(texts), seconds, len(texts) * args.out_tokens / seconds,
                   len(texts) / seconds, 0.0, 0.0)
@@ -246,7 +251,7 @@ def main() -> None:
         print(f"shape {args.shape}, beam {args.beam_size}, {args.out_tokens} tokens per output, "
               f"{args.threads} threads, batches of {args.batch_size}, max wait {args.max_wait_ms} ms", flush=True)
         tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
-        tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size)  # warm-up
+        tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size, **offline_options(args))  # warm-up
         levels = serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args,
                               ceiling=lambda n: offline(tr, texts, args, n))
         levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)

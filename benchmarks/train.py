@@ -178,7 +178,7 @@ def ours_engine(hf_dir: Path, args: argparse.Namespace) -> Engine:
 def transformers_engine(hf_model: Any, args: argparse.Namespace) -> Engine:
     from transformers.trainer_pt_utils import LabelSmoother
 
-    from training.optim import make_optimizer
+    from training.optim import label_smoothed_loss, make_optimizer
 
     model = hf_model.to(args.device).train()
     optimizer = make_optimizer(model, args.betas, args.adam_eps)  # frozen positions get no gradient, no update
@@ -189,17 +189,17 @@ def transformers_engine(hf_model: Any, args: argparse.Namespace) -> Engine:
         out = model(input_ids=b.src, attention_mask=b.src_mask, decoder_input_ids=b.tgt_in, use_cache=False)
         return out.logits, b.tgt_out
 
-    from training.optim import label_smoothed_loss
+    pad = args.vocab_size - 1
+    smoother = LabelSmoother(epsilon=args.eps_ls, ignore_index=pad)
 
-    smoother = LabelSmoother(epsilon=args.eps_ls, ignore_index=args.vocab_size - 1)
-
-    def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if args.peer_loss == "ours":
-            return label_smoothed_loss(logits, target, args.eps_ls, args.vocab_size - 1)[0]
+    def own_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # transformers' Trainer's label smoothing; num_items_in_batch=1 gives the sum, not the mean
         return smoother({"logits": logits}, target, num_items_in_batch=1)
 
-    return Engine("transformers", model, optimizer, logits, loss)
+    def our_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return label_smoothed_loss(logits, target, args.eps_ls, pad)[0]
+
+    return Engine("transformers", model, optimizer, logits, our_loss if args.peer_loss == "ours" else own_loss)
 
 
 # -- one optimizer step, as training/trainer.py's Trainer.step does it ---------------------------------
@@ -215,7 +215,7 @@ def phase(name: str, on: bool) -> contextlib.AbstractContextManager[Any]:
 
 
 def train_step(engine: Engine, batch: Any, tokens: int, d_model: int, args: argparse.Namespace,
-               pad: int, phases: bool = False) -> float:
+               phases: bool = False) -> float:
     """Forward, label-smoothed loss, backward and an Adam step at the paper's rate; the summed loss."""
     from training.optim import noam_rate, set_rate
 
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     timed = wl.timed(args.steps)
     for name, e in engines.items():
         for i in wl.timed(args.warmup_steps):  # warm-up, not timed
-            train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args, wl.pad)
+            train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args)
         _synchronize(args.device)
         results[name].tokens = sum(wl.tokens[i] for i in timed)
         _log(f"{name}: ready ({results[name].compute}), {args.warmup_steps} warm-up steps")
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.25)  # let the previous engine's idle worker threads stop spinning
             loss, marks = 0.0, [time.perf_counter()]
             for i in timed:  # train_step syncs once per step (the loss), so steps have a wall time each
-                loss += train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args, wl.pad)
+                loss += train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args)
                 if len(marks) == len(timed):
                     _synchronize(args.device)
                 marks.append(time.perf_counter())
@@ -394,7 +394,7 @@ def profile(engines: dict[str, Engine], wl: Workload, args: argparse.Namespace) 
             time.sleep(0.25)
             for k, i in enumerate(steps):
                 with torch_profile(activities=activities) as prof:
-                    train_step(engines[name], wl.batches[i], wl.tokens[i], d_model, args, wl.pad, phases=True)
+                    train_step(engines[name], wl.batches[i], wl.tokens[i], d_model, args, phases=True)
                     _synchronize(args.device)
                 seen: dict[str, tuple[float, int]] = {}
                 for ev in prof.key_averages():

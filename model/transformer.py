@@ -128,18 +128,16 @@ class Transformer(nn.Module):
         For inference the position-wise layers see the real tokens only (padding costs them nothing;
         attention still sees the batch padded and masked), and the memory is zero on the padding.
         """
-        if need_weights or torch.is_grad_enabled():
-            x, mask, weights = self.src_embed(src), key_mask(src_mask), []
-            for layer in self.encoder:
-                x, w = layer(x, mask, need_weights)
-                if w is not None:
-                    weights.append(w)
-            return self.encoder_norm(x), weights
-        tokens = Tokens.of(src_mask)
-        x = tokens.pack(self.src_embed(src))  # (n, d_model)
+        tokens = None if need_weights or torch.is_grad_enabled() else Tokens.of(src_mask)
+        x, mask, weights = self.src_embed(src), key_mask(src_mask), []
+        if tokens is not None:
+            x = tokens.pack(x)  # (n, d_model)
         for layer in self.encoder:
-            x, _ = layer(x, key_mask(src_mask), tokens=tokens)
-        return tokens.unpack(self.encoder_norm(x)), []
+            x, w = layer(x, mask, need_weights, tokens)
+            if w is not None:
+                weights.append(w)
+        x = self.encoder_norm(x)
+        return (x if tokens is None else tokens.unpack(x)), weights
 
     # -- decoder, all positions at once (training, forced decoding) -------------------------
 
