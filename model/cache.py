@@ -15,14 +15,14 @@ class LayerCache:
     kv: self-attention keys and values of the steps so far, in a buffer with room to grow,
     (capacity, 2, R, h, d_k) with one row per hypothesis; positions < DecoderCache.step are filled.
     Time-major, so that reordering copies only the filled prefix, in one contiguous block.
-    spare: a second buffer of the same shape that reordering writes into (the two swap).
-    cross_k, cross_v: encoder-decoder keys and values, (B, h, S, d_k), one row per source sentence,
-    computed once; the R = B * beams hypotheses of a sentence share them.
+    spare: a second buffer that reordering writes into (the two swap).
+    cross_k_t, cross_v: encoder-decoder keys, transposed, (B, h, d_k, S), and values, (B, h, S, d_k),
+    one row per source sentence, computed once; the R = B * beams hypotheses of a sentence share them.
     """
 
     kv: Tensor
     spare: Tensor
-    cross_k: Tensor
+    cross_k_t: Tensor
     cross_v: Tensor
 
     def keys_values(self, length: int) -> tuple[Tensor, Tensor]:
@@ -30,24 +30,42 @@ class LayerCache:
         kv = self.kv[:length]  # (length, 2, R, h, d_k)
         return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
 
+    def reordered(self, order: Tensor | None, length: int) -> LayerCache:
+        """The first `length` positions of rows `order` of kv, copied into spare, which becomes kv."""
+        if order is None:
+            return self
+        kv, spare = self.spare, self.kv
+        if kv.size(2) != order.numel():  # a new number of rows: new buffers
+            kv = self.kv.new_empty(self.kv.size(0), 2, order.numel(), *self.kv.shape[3:])
+            spare = torch.empty_like(kv)
+        torch.index_select(self.kv[:length], 2, order, out=kv[:length])
+        return replace(self, kv=kv, spare=spare)
+
 
 @dataclass(frozen=True)
 class DecoderCache:
-    """Every layer's state plus what all layers share: the source mask and the next position."""
+    """Every layer's state plus what all layers share: the source padding and the next position.
+
+    Reordering is lazy for the self-attention keys and values: `order` holds the rows to keep, and
+    each layer copies its own just before it reads them (Transformer.step), so that the copy is still
+    in the processor's cache when attention reads it. Copying every layer at once and reading each
+    later costs one more pass over memory per layer and step; the cache is large (tens of MB).
+    """
 
     layers: tuple[LayerCache, ...]
-    src_mask: Tensor  # (B, 1, 1, S) bool, True on real source tokens
+    cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores: 0 on source tokens, -inf on padding
     step: int  # number of target positions already decoded
+    order: Tensor | None = None  # (R,) rows of every layer's kv that make the hypotheses, not yet copied
 
     @property
     def rows(self) -> int:
         """R, the number of hypotheses being decoded."""
-        return self.layers[0].kv.size(2)
+        return self.layers[0].kv.size(2) if self.order is None else self.order.numel()
 
     @property
     def sentences(self) -> int:
         """B, the number of source sentences."""
-        return self.src_mask.size(0)
+        return self.cross_bias.size(0)
 
     @property
     def capacity(self) -> int:
@@ -57,7 +75,7 @@ class DecoderCache:
         """The same state with room for twice as many positions."""
         size = max(1, 2 * self.capacity)
         layers = []
-        for layer in self.layers:
+        for layer in self.layers:  # (rows before any pending order)
             kv = layer.kv.new_empty(size, *layer.kv.shape[1:])
             kv[:self.step] = layer.kv[:self.step]
             layers.append(replace(layer, kv=kv, spare=torch.empty_like(kv)))
@@ -72,19 +90,9 @@ class DecoderCache:
         old_beams = self.rows // self.sentences
         new_beams = old_beams if beams is None else beams
         kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
-        same_sources = kept.numel() == self.sentences
-        t = self.step
-        layers = []
-        for layer in self.layers:
-            kv, spare = layer.spare, layer.kv
-            if beam_idx.numel() != self.rows:  # a new number of rows: new buffers
-                kv = layer.kv.new_empty(layer.kv.size(0), 2, beam_idx.numel(), *layer.kv.shape[3:])
-                spare = torch.empty_like(kv)
-            torch.index_select(layer.kv[:t], 2, beam_idx, out=kv[:t])
-            layers.append(LayerCache(
-                kv=kv, spare=spare,
-                cross_k=layer.cross_k if same_sources else layer.cross_k.index_select(0, kept),
-                cross_v=layer.cross_v if same_sources else layer.cross_v.index_select(0, kept),
-            ))
-        src_mask = self.src_mask if same_sources else self.src_mask.index_select(0, kept)
-        return replace(self, layers=tuple(layers), src_mask=src_mask)
+        order = beam_idx if self.order is None else self.order.index_select(0, beam_idx)
+        if kept.numel() == self.sentences:
+            return replace(self, order=order)
+        layers = tuple(replace(layer, cross_k_t=layer.cross_k_t.index_select(0, kept),
+                               cross_v=layer.cross_v.index_select(0, kept)) for layer in self.layers)
+        return replace(self, layers=layers, cross_bias=self.cross_bias.index_select(0, kept), order=order)

@@ -36,6 +36,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causa
     return weights @ v, weights
 
 
+def step_attention(q: Tensor, k_t: Tensor, v: Tensor, bias: Tensor | None = None) -> Tensor:
+    """Eq. 1 for the few queries of a search step: q (..., n, d_k), k_t (..., d_k, S) the keys transposed,
+    v (..., S, d_k), bias broadcastable to (..., n, S), -inf on keys not to attend.
+
+    On the CPU it is two batched matrix products: for a handful of queries per key set they are several
+    times faster than F.scaled_dot_product_attention's fused kernel, which is built for long query blocks.
+    """
+    if q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k_t.transpose(-2, -1), v, attn_mask=bias)
+    scores = torch.matmul(q, k_t).mul_(q.size(-1) ** -0.5)  # (..., n, S)
+    if bias is not None:
+        scores = scores.add_(bias)
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)  # float32 sums, as the fused kernel
+    return torch.matmul(weights, v)  # (..., n, d_k)
+
+
 def split_heads(x: Tensor, h: int) -> Tensor:
     B, T, _ = x.shape
     return x.view(B, T, h, -1).transpose(1, 2)  # (B, h, T, d_k)
@@ -95,7 +111,7 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
         cache.kv[t] = qkv[:, 1:].transpose(0, 1)  # (2, R, h, d_k)
         k, v = cache.keys_values(t + 1)  # each (R, h, t + 1, d_k)
-        y, _ = attention(qkv[:, 0, :, None], k, v)  # (R, h, 1, d_k)
+        y = step_attention(qkv[:, 0, :, None], k.transpose(-2, -1), v)  # (R, h, 1, d_k)
         return self.out(merge_heads(y))
 
 
@@ -115,6 +131,20 @@ class CrossAttention(nn.Module):
         kv = self.kv(memory).view(B, S, 2, self.h, d_model // self.h)  # (B, S, 2, h, d_k)
         k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # 2 x (B, h, S, d_k)
         return k, v
+
+    def project_kv_for_steps(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """K^T (B, h, d_k, S) and V (B, h, S, d_k), contiguous as the matrix products of step want them."""
+        k, v = self.project_kv(memory)
+        return k.transpose(-2, -1).contiguous(), v.contiguous()
+
+    def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        """One position per row, x: (R, 1, d_model), against the cached K^T and V of project_kv_for_steps;
+        bias: (B, 1, 1, S), 0 on tokens and -inf on padding."""
+        R, _, d_model = x.shape
+        B, h, d_k, S = k_t.shape
+        q = self.q(x).view(B, R // B, h, d_k).transpose(1, 2)  # (B, h, beams, d_k)
+        y = step_attention(q, k_t, v, bias)  # (B, h, beams, d_k)
+        return self.out(y.transpose(1, 2).reshape(R, 1, d_model))
 
     def forward(self, x: Tensor, kv: KV, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """x: (R, T, d_model) where R = B * beams rows share each of the B sources in kv."""

@@ -63,10 +63,12 @@ class DecoderLayer(nn.Module):
         x = self.self_norm.exit(x, a)
         return self._cross_and_ffn(x, cross_kv, src_mask, need_weights, self_w)
 
-    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor, t: int) -> Tensor:
+    def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, t: int) -> Tensor:
         """Position t of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
         x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, t))
-        return self._cross_and_ffn(x, (cache.cross_k, cache.cross_v), src_mask).x
+        c = self.cross_attn.step(self.cross_norm.enter(x), cache.cross_k_t, cache.cross_v, cross_bias)
+        x = self.cross_norm.exit(x, c)
+        return self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
 
     def _cross_and_ffn(self, x: Tensor, cross_kv: KV, src_mask: Tensor, need_weights: bool = False,
                        self_w: Tensor | None = None) -> DecoderLayerOutput:
@@ -185,10 +187,10 @@ class Transformer(nn.Module):
         `capacity` target positions (it grows when needed)."""
         B = memory.size(0)
         kv = memory.new_empty(capacity, 2, B, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
-        layers = tuple(LayerCache(kv=torch.empty_like(kv), spare=torch.empty_like(kv),
-                                  cross_k=k, cross_v=v)
-                       for k, v in (layer.cross_attn.project_kv(memory) for layer in self.decoder_layers))
-        return DecoderCache(layers=layers, src_mask=key_mask(src_mask), step=0)
+        layers = tuple(LayerCache(kv=torch.empty_like(kv), spare=torch.empty_like(kv), cross_k_t=k_t, cross_v=v)
+                       for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
+        bias = memory.new_zeros(key_mask(src_mask).shape).masked_fill_(~key_mask(src_mask), float("-inf"))
+        return DecoderCache(layers=layers, cross_bias=bias, step=0)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache.
@@ -199,7 +201,10 @@ class Transformer(nn.Module):
             cache = cache.grown()
         t = cache.step
         x = self.tgt_embed(tokens[:, None], start=t)  # (R, 1, d_model)
+        layers = []
         for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
-            x = layer.step(x, state, cache.src_mask, t)
+            state = state.reordered(cache.order, t)  # the search's reorder, just before use
+            x = layer.step(x, state, cache.cross_bias, t)
+            layers.append(state)
         logits = self.logits(self.decoder_norm(x[:, 0]))
-        return logits, replace(cache, step=t + 1)
+        return logits, replace(cache, layers=tuple(layers), step=t + 1, order=None)

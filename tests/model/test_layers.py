@@ -18,6 +18,7 @@ from model.layers import (
     SelfAttention,
     attention,
     sinusoid_table,
+    step_attention,
 )
 from tests.conftest import build_model, randomize_, tiny_config
 
@@ -109,6 +110,23 @@ def test_attention_is_eq_1(causal: bool, need_weights: bool) -> None:
         assert weights is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_attention_is_eq_1_with_an_additive_mask(dtype: torch.dtype) -> None:
+    """The search steps' attention (K transposed, -inf bias on padding) equals Eq. 1, in bf16 too."""
+    B, h, n, S, d_k = 3, 2, 4, 6, 8
+    q, k, v = (torch.randn(B, h, length, d_k) for length in (n, S, S))
+    mask = torch.tensor([[True] * 6, [True] * 2 + [False] * 4, [True] * 5 + [False]])[:, None, None, :]
+    bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    y = step_attention(q.to(dtype), k.transpose(-2, -1).contiguous().to(dtype), v.to(dtype), bias.to(dtype))
+    y_ref, _ = reference_attention(q, k, v, mask.expand(B, h, n, S))
+    assert y.dtype == dtype and y.shape == (B, h, n, d_k)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(y.float(), y_ref, atol=tol, rtol=tol)
+    unmasked = step_attention(q, k.transpose(-2, -1), v)
+    torch.testing.assert_close(unmasked, reference_attention(q, k, v, torch.ones(B, h, n, S, dtype=torch.bool))[0],
+                               atol=1e-5, rtol=1e-5)
+
+
 # -- multi-head attention (§3.2.2) against torch.nn.MultiheadAttention ----------------------------
 
 def torch_mha(cfg: ModelConfig, in_weight: Tensor, in_bias: Tensor, out: nn.Linear) -> nn.MultiheadAttention:
@@ -176,6 +194,18 @@ def test_cross_attention_with_beams_sharing_a_source(need_weights: bool) -> None
         assert weights is not None and weights.shape == (2 * beams, cfg.h, 1, 5)
         assert bool((weights[beams:, :, :, 3:] == 0).all())
         torch.testing.assert_close(weights.sum(-1), torch.ones(2 * beams, cfg.h, 1))
+
+
+def test_cross_attention_step_equals_forward() -> None:
+    """The search step's path (K^T and V kept contiguous, an additive mask) gives forward's output."""
+    cfg, beams = tiny_config(10), 3
+    layer = randomize_(CrossAttention(cfg), seed=5).eval()
+    x, memory = torch.randn(2 * beams, 1, cfg.d_model), torch.randn(2, 5, cfg.d_model)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    expected, _ = layer(x, layer.project_kv(memory), mask)
+    torch.testing.assert_close(layer.step(x, *layer.project_kv_for_steps(memory), bias), expected,
+                               atol=1e-5, rtol=1e-5)
 
 
 # -- feed-forward (§3.3) and residual sub-layers (§3.1) -------------------------------------------
