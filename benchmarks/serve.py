@@ -66,6 +66,7 @@ class Level:
     p50_ms: float
     p99_ms: float
     mean_batch: float = 0.0  # texts per decoded batch, from the server's /metrics
+    busy: float = 0.0  # the share of the wall time the server spent in beam search, from its /metrics
 
 
 def made_up_text(n: int, seed: int, min_words: int = 6, max_words: int = 20) -> list[str]:
@@ -192,11 +193,12 @@ async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespa
             c.close()
 
 
-def batches_so_far(url: str) -> tuple[float, float]:
-    """(batches, texts) decoded by the server so far."""
+def batches_so_far(url: str) -> tuple[float, float, float]:
+    """(batches, texts, seconds of beam search) decoded by the server so far."""
     metrics = dict(line.split(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
-                   if line.startswith("transformer_batch_size_"))
-    return float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"])
+                   if line.startswith(("transformer_batch_size_", "transformer_decode_seconds_total")))
+    return (float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"]),
+            float(metrics["transformer_decode_seconds_total"]))
 
 
 def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace,
@@ -216,10 +218,10 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
             q = statistics.quantiles(lat, n=100, method="inclusive")
             level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
                           1000 * statistics.median(lat), 1000 * q[98],
-                          (after[1] - before[1]) / max(1.0, after[0] - before[0]))
+                          (after[1] - before[1]) / max(1.0, after[0] - before[0]), (after[2] - before[2]) / seconds)
             print(f"  {mode:8s} N={n:3d}: {level.tokens_per_s:8.1f} tok/s  {level.requests_per_s:6.2f} req/s  "
-                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/batch",
-                  flush=True)
+                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/batch  "
+                  f"busy {100 * level.busy:3.0f}%", flush=True)
             out.append(level)
         if ceiling is not None:
             out.append(ceiling(0))
@@ -232,7 +234,7 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
-    p.add_argument("--requests-per-client", type=int, default=8)
+    p.add_argument("--requests-per-client", type=int, default=16)
     p.add_argument("--min-requests", type=int, default=32)
     p.add_argument("--server-threads", type=int, default=None,
                    help="torch threads of the servers (default: --threads, as the offline engine)")
