@@ -15,7 +15,7 @@ class LayerCache:
     kv: self-attention keys and values of the steps so far, in a buffer with room to grow,
     (capacity, 2, R, h, d_k) with one row per hypothesis; positions < DecoderCache.step are filled.
     Time-major, so that reordering copies only the filled prefix, in one contiguous block.
-    spare: a second buffer that reordering writes into (the two swap).
+    spare: a second buffer of the same shape that reordering writes into (the two swap).
     cross_k_t, cross_v: encoder-decoder keys, transposed, (B, h, d_k, S), and values, (B, h, S, d_k),
     one row per source sentence, computed once; the R = B * beams hypotheses of a sentence share them.
     """
@@ -30,10 +30,8 @@ class LayerCache:
         kv = self.kv[:length]  # (length, 2, R, h, d_k)
         return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
 
-    def reordered(self, order: Tensor | None, length: int) -> LayerCache:
+    def reordered(self, order: Tensor, length: int) -> LayerCache:
         """The first `length` positions of rows `order` of kv, copied into spare, which becomes kv."""
-        if order is None:
-            return self
         kv, spare = self.spare, self.kv
         if kv.size(2) != order.numel():  # a new number of rows: new buffers
             kv = self.kv.new_empty(self.kv.size(0), 2, order.numel(), *self.kv.shape[3:])
@@ -44,23 +42,16 @@ class LayerCache:
 
 @dataclass(frozen=True)
 class DecoderCache:
-    """Every layer's state plus what all layers share: the source padding and the next position.
-
-    Reordering is lazy for the self-attention keys and values: `order` holds the rows to keep, and
-    each layer copies its own just before it reads them (Transformer.step), so that the copy is still
-    in the processor's cache when attention reads it. Copying every layer at once and reading each
-    later costs one more pass over memory per layer and step; the cache is large (tens of MB).
-    """
+    """Every layer's state plus what all layers share: the source padding and the next position."""
 
     layers: tuple[LayerCache, ...]
     cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores: 0 on source tokens, -inf on padding
     step: int  # number of target positions already decoded
-    order: Tensor | None = None  # (R,) rows of every layer's kv that make the hypotheses, not yet copied
 
     @property
     def rows(self) -> int:
         """R, the number of hypotheses being decoded."""
-        return self.layers[0].kv.size(2) if self.order is None else self.order.numel()
+        return self.layers[0].kv.size(2)
 
     @property
     def sentences(self) -> int:
@@ -75,7 +66,7 @@ class DecoderCache:
         """The same state with room for twice as many positions."""
         size = max(1, 2 * self.capacity)
         layers = []
-        for layer in self.layers:  # (rows before any pending order)
+        for layer in self.layers:
             kv = layer.kv.new_empty(size, *layer.kv.shape[1:])
             kv[:self.step] = layer.kv[:self.step]
             layers.append(replace(layer, kv=kv, spare=torch.empty_like(kv)))
@@ -90,9 +81,9 @@ class DecoderCache:
         old_beams = self.rows // self.sentences
         new_beams = old_beams if beams is None else beams
         kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
-        order = beam_idx if self.order is None else self.order.index_select(0, beam_idx)
+        layers = tuple(layer.reordered(beam_idx, self.step) for layer in self.layers)
         if kept.numel() == self.sentences:
-            return replace(self, order=order)
+            return replace(self, layers=layers)
         layers = tuple(replace(layer, cross_k_t=layer.cross_k_t.index_select(0, kept),
-                               cross_v=layer.cross_v.index_select(0, kept)) for layer in self.layers)
-        return replace(self, layers=layers, cross_bias=self.cross_bias.index_select(0, kept), order=order)
+                               cross_v=layer.cross_v.index_select(0, kept)) for layer in layers)
+        return replace(self, layers=layers, cross_bias=self.cross_bias.index_select(0, kept))

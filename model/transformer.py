@@ -189,7 +189,8 @@ class Transformer(nn.Module):
         kv = memory.new_empty(capacity, 2, B, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
         layers = tuple(LayerCache(kv=torch.empty_like(kv), spare=torch.empty_like(kv), cross_k_t=k_t, cross_v=v)
                        for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
-        bias = memory.new_zeros(key_mask(src_mask).shape).masked_fill_(~key_mask(src_mask), float("-inf"))
+        mask = key_mask(src_mask)
+        bias = memory.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (B, 1, 1, S)
         return DecoderCache(layers=layers, cross_bias=bias, step=0)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
@@ -201,10 +202,7 @@ class Transformer(nn.Module):
             cache = cache.grown()
         t = cache.step
         x = self.tgt_embed(tokens[:, None], start=t)  # (R, 1, d_model)
-        layers = []
         for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
-            state = state.reordered(cache.order, t)  # the search's reorder, just before use
             x = layer.step(x, state, cache.cross_bias, t)
-            layers.append(state)
         logits = self.logits(self.decoder_norm(x[:, 0]))
-        return logits, replace(cache, layers=tuple(layers), step=t + 1, order=None)
+        return logits, replace(cache, step=t + 1)
