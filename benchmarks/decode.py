@@ -38,15 +38,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import common
 import torch
+from common import EOS, SHAPES, UNK, log, synchronize
 
-SHAPES: dict[str, dict[str, int]] = {
-    "small": {"N": 3, "d_model": 256, "d_ff": 1024, "h": 4},
-    "base": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
-}
 ENGINES = ("ours", "transformers", "ctranslate2")
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-EOS, UNK = 0, 1  # Marian's ids; <pad> is the last id (vocab_size - 1) and also the decoder's start symbol
 
 
 class Skip(Exception):
@@ -132,16 +129,9 @@ def write_hf_model(hf_dir: Path, shape: dict[str, int], vocab_size: int, init_st
 
     A large init_std makes the output distributions peaky, so that engines rarely face near-ties.
     """
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    pad = vocab_size - 1
-    config = MarianConfig(
-        vocab_size=vocab_size, d_model=shape["d_model"], encoder_layers=shape["N"], decoder_layers=shape["N"],
-        encoder_attention_heads=shape["h"], decoder_attention_heads=shape["h"], encoder_ffn_dim=shape["d_ff"],
-        decoder_ffn_dim=shape["d_ff"], max_position_embeddings=512, activation_function="swish",
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad, forced_eos_token_id=EOS, init_std=init_std,
-    )
+    config = common.marian_config(shape, vocab_size, init_std)
     torch.manual_seed(seed)
     MarianMTModel(config).save_pretrained(hf_dir)
 
@@ -179,7 +169,7 @@ def ours_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace
     def decode(batch: list[list[int]]) -> list[list[int]]:
         src, src_mask = pad_batch(batch, special.pad, device)
         hyps = beam_search(model, src, src_mask, cfg, special)
-        _synchronize(args.device)
+        synchronize(args.device)
         return [nbest[0].tokens for nbest in hyps]
 
     return f"{args.device} {args.dtype}", decode
@@ -201,7 +191,7 @@ def transformers_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.N
         src, mask = _pad(batch, wl.pad, args.device)
         with torch.inference_mode():
             out = model.generate(input_ids=src, attention_mask=mask, **options)
-        _synchronize(args.device)
+        synchronize(args.device)
         return [_until(row[1:].tolist(), (EOS, wl.pad)) for row in out]  # row[0] is the start symbol
 
     return f"{args.device} {args.dtype}", decode
@@ -251,11 +241,6 @@ def _until(ids: list[int], stops: tuple[int, ...]) -> list[int]:
         if i in stops:
             return ids[:n]
     return ids
-
-
-def _synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -324,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         hf_dir = work / "hf"
         hf_dir.mkdir()
-        _log(f"building a random Marian model ({args.shape}, vocab {args.vocab_size}) in {hf_dir}")
+        log(f"building a random Marian model ({args.shape}, vocab {args.vocab_size}) in {hf_dir}")
         write_tokenizer(hf_dir, args.vocab_size, args.seed)
         write_hf_model(hf_dir, shape, args.vocab_size, args.init_std, args.seed)
         for name in args.engines:  # one at a time, so that no build or warm-up overlaps another's
@@ -332,10 +317,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             compute, skipped = engine.ready()
             results[name] = EngineResult(name, compute, skipped=skipped)
             if skipped:
-                _log(f"{name}: skipped: {skipped}")
+                log(f"{name}: skipped: {skipped}")
                 continue
             engines[name] = engine
-            _log(f"{name}: ready ({compute})")
+            log(f"{name}: ready ({compute})")
         try:
             for r in range(args.repeats):
                 for name, engine in engines.items():  # engines take turns, so load from elsewhere hits all alike
@@ -344,7 +329,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     results[name].seconds.append(seconds)
                     results[name].outputs = outputs
                     results[name].tokens = sum(len(hyp) for hyp in outputs)
-                    _log(f"repeat {r + 1}/{args.repeats} {name}: {seconds:.2f} s")
+                    log(f"repeat {r + 1}/{args.repeats} {name}: {seconds:.2f} s")
             summary = report(args, wl, results)
             if args.profile and "ours" in engines:
                 engines["ours"].profile(args.profile)
@@ -407,10 +392,6 @@ def profile(decode: Decode, batch: list[list[int]], rows: int, device: str) -> N
                                     row_limit=rows))
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -446,18 +427,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:  # run as a script from a checkout that is not installed
-        sys.path.insert(0, root)
-    warnings.filterwarnings("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    summary = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    common.main(run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -26,24 +26,19 @@ import json
 import math
 import random
 import statistics
-import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import common
 import torch
+from common import EOS, SHAPES, UNK, log, synchronize
 
-SHAPES: dict[str, dict[str, int]] = {
-    "small": {"N": 3, "d_model": 256, "d_ff": 1024, "h": 4},
-    "base": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
-}
 ENGINES = ("ours", "transformers")
 DTYPES = ("float32", "bfloat16")
-EOS, UNK = 0, 1  # Marian's ids; <pad> is the last id (vocab_size - 1) and also the decoder's start symbol
 
 
 @dataclass(frozen=True)
@@ -110,17 +105,11 @@ def write_hf_model(hf_dir: Path, args: argparse.Namespace) -> Any:
     Dropout is p_drop on embeddings and sub-layer outputs, as ours; attention and activation dropout are
     0, since our model has none.
     """
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    shape, pad = SHAPES[args.shape], args.vocab_size - 1
-    config = MarianConfig(
-        vocab_size=args.vocab_size, d_model=shape["d_model"], encoder_layers=shape["N"], decoder_layers=shape["N"],
-        encoder_attention_heads=shape["h"], decoder_attention_heads=shape["h"], encoder_ffn_dim=shape["d_ff"],
-        decoder_ffn_dim=shape["d_ff"], max_position_embeddings=512, activation_function="swish",
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        dropout=args.p_drop, attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
-        decoder_layerdrop=0.0, pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad,
-        forced_eos_token_id=EOS, init_std=args.init_std,
+    config = common.marian_config(
+        SHAPES[args.shape], args.vocab_size, args.init_std, dropout=args.p_drop, attention_dropout=0.0,
+        activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
     )
     torch.manual_seed(args.seed)
     model = MarianMTModel._from_config(config, attn_implementation=args.hf_attention)
@@ -291,22 +280,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wl = make_workload(args, args.device)
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         hf_dir = Path(tmp)
-        _log(f"building a random Marian model ({args.shape}, vocab {args.vocab_size}) in {hf_dir}")
+        log(f"building a random Marian model ({args.shape}, vocab {args.vocab_size}) in {hf_dir}")
         hf_model = write_hf_model(hf_dir, args)
         engines = {"ours": ours_engine(hf_dir, args), "transformers": transformers_engine(hf_model, args)}
     compute = f"{args.device} {args.dtype}"
     labels = {"ours": " non-pad" if args.ours_skips_pad else "", "transformers": f" {args.hf_attention}"}
     results = {name: EngineResult(name, compute + labels[name]) for name in engines}
     sanity = sanity_check(engines, wl, args)
-    _log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff "
+    log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff "
          f"{sanity['logits_max_abs_diff']:.2e}")
     timed = wl.timed(args.steps)
     for name, e in engines.items():
         for i in wl.timed(args.warmup_steps):  # warm-up, not timed
             train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args)
-        _synchronize(args.device)
+        synchronize(args.device)
         results[name].tokens = sum(wl.tokens[i] for i in timed)
-        _log(f"{name}: ready ({results[name].compute}), {args.warmup_steps} warm-up steps")
+        log(f"{name}: ready ({results[name].compute}), {args.warmup_steps} warm-up steps")
     for r in range(args.repeats):
         order = list(engines) if r % 2 == 0 else list(reversed(engines))  # who goes first alternates too
         for name in order:
@@ -316,12 +305,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in timed:  # train_step syncs once per step (the loss), so steps have a wall time each
                 loss += train_step(e, wl.batches[i], wl.tokens[i], shape["d_model"], args)
                 if len(marks) == len(timed):
-                    _synchronize(args.device)
+                    synchronize(args.device)
                 marks.append(time.perf_counter())
             results[name].seconds.append(marks[-1] - marks[0])
             results[name].step_seconds.append([b - a for a, b in zip(marks, marks[1:], strict=False)])
             results[name].losses.append(loss / results[name].tokens)
-            _log(f"repeat {r + 1}/{args.repeats} {name}: {results[name].seconds[-1]:.2f} s")
+            log(f"repeat {r + 1}/{args.repeats} {name}: {results[name].seconds[-1]:.2f} s")
     summary = report(args, wl, results, sanity)
     if args.profile:
         summary["profile"] = profile(engines, wl, args)
@@ -395,7 +384,7 @@ def profile(engines: dict[str, Engine], wl: Workload, args: argparse.Namespace) 
             for k, i in enumerate(steps):
                 with torch_profile(activities=activities) as prof:
                     train_step(engines[name], wl.batches[i], wl.tokens[i], d_model, args, phases=True)
-                    _synchronize(args.device)
+                    synchronize(args.device)
                 seen: dict[str, tuple[float, int]] = {}
                 for ev in prof.key_averages():
                     # Phases: wall time of the CPU range (on CUDA a phase also has a device-side entry).
@@ -439,15 +428,6 @@ def profile(engines: dict[str, Engine], wl: Workload, args: argparse.Namespace) 
     print(f"{'all ops':<46}" + "".join(f"{x:>12.1f} {'':>6}" for x in sums))
     return {"phases_ms": phases,
             "ops_ms": {name: {op: ops[name][op][0] for op in top if op in ops[name]} for name in names}}
-
-
-def _synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -507,18 +487,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:  # run as a script from a checkout that is not installed
-        sys.path.insert(0, root)
-    warnings.filterwarnings("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    summary = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    common.main(run, parse_args(argv))
 
 
 if __name__ == "__main__":
