@@ -259,18 +259,26 @@ class EngineProcess:
 
     def ready(self) -> tuple[str, str | None]:
         """(compute, None) once built and warmed up, or ("-", why) when the engine cannot run here."""
-        kind, value = self.conn.recv()
+        kind, value = self._receive()
         return ("-", value) if kind == "skip" else (value, None)
 
     def decode_all(self) -> tuple[float, list[list[int]]]:
         """Wall seconds to decode every batch, and the best hypothesis of every sentence."""
         self.conn.send("run")
-        seconds, outputs = self.conn.recv()
+        seconds, outputs = self._receive()
         return seconds, outputs
 
     def profile(self, rows: int) -> None:
         self.conn.send(("profile", rows))
-        self.conn.recv()
+        self._receive()
+
+    def _receive(self) -> Any:
+        try:
+            return self.conn.recv()
+        except EOFError:
+            self.process.join(timeout=5)
+            raise RuntimeError(f"the {self.name} engine's process died (exit code {self.process.exitcode}); "
+                               "its traceback is above") from None
 
     def close(self) -> None:
         self.conn.send("stop")
