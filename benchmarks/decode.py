@@ -251,9 +251,9 @@ class EngineProcess:
 
     def __init__(self, name: str, hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> None:
         self.name = name
-        self.conn, child = multiprocessing.get_context("spawn").Pipe()
-        self.process = multiprocessing.get_context("spawn").Process(
-            target=_engine_main, args=(name, hf_dir, work, wl, args, child), daemon=True)
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, child = spawn.Pipe()
+        self.process = spawn.Process(target=_engine_main, args=(name, hf_dir, work, wl, args, child), daemon=True)
         self.process.start()
         child.close()
 

@@ -30,15 +30,6 @@ class LayerCache:
         kv = self.kv[:length]  # (length, 2, R, h, d_k)
         return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
 
-    def reordered(self, order: Tensor, length: int) -> LayerCache:
-        """The first `length` positions of rows `order` of kv, copied into spare, which becomes kv."""
-        kv, spare = self.spare, self.kv
-        if kv.size(2) != order.numel():  # a new number of rows: new buffers
-            kv = self.kv.new_empty(self.kv.size(0), 2, order.numel(), *self.kv.shape[3:])
-            spare = torch.empty_like(kv)
-        torch.index_select(self.kv[:length], 2, order, out=kv[:length])
-        return replace(self, kv=kv, spare=spare)
-
 
 @dataclass(frozen=True)
 class DecoderCache:
@@ -81,9 +72,19 @@ class DecoderCache:
         old_beams = self.rows // self.sentences
         new_beams = old_beams if beams is None else beams
         kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
-        layers = tuple(layer.reordered(beam_idx, self.step) for layer in self.layers)
-        if kept.numel() == self.sentences:
-            return replace(self, layers=layers)
-        layers = tuple(replace(layer, cross_k_t=layer.cross_k_t.index_select(0, kept),
-                               cross_v=layer.cross_v.index_select(0, kept)) for layer in layers)
-        return replace(self, layers=layers, cross_bias=self.cross_bias.index_select(0, kept))
+        same_sources = kept.numel() == self.sentences
+        t = self.step
+        layers = []
+        for layer in self.layers:
+            kv, spare = layer.spare, layer.kv
+            if beam_idx.numel() != self.rows:  # a new number of rows: new buffers
+                kv = layer.kv.new_empty(layer.kv.size(0), 2, beam_idx.numel(), *layer.kv.shape[3:])
+                spare = torch.empty_like(kv)
+            torch.index_select(layer.kv[:t], 2, beam_idx, out=kv[:t])
+            layers.append(LayerCache(
+                kv=kv, spare=spare,
+                cross_k_t=layer.cross_k_t if same_sources else layer.cross_k_t.index_select(0, kept),
+                cross_v=layer.cross_v if same_sources else layer.cross_v.index_select(0, kept),
+            ))
+        cross_bias = self.cross_bias if same_sources else self.cross_bias.index_select(0, kept)
+        return replace(self, layers=tuple(layers), cross_bias=cross_bias)
