@@ -1,16 +1,23 @@
-"""Decoding speed of our beam search against transformers and CTranslate2, on the same random weights.
+"""Decoding speed of our beam search against transformers and CTranslate2, on the same weights.
 
-One run builds a random Hugging Face Marian model (and a SentencePiece tokenizer trained on the fly), hands
-the very same weights to all three engines, decodes the same source ids with each, and prints target
-tokens per second, the speed ratios and how many outputs are token-identical to ours:
+Two workloads:
 
-    python benchmarks/decode.py --shape small
+- real (`--hf-dir DIR --text FILE --refs FILE`): a trained Marian model (benchmarks/marian.py trains one on
+  the machine's own corpus) and held-out sentences; every engine translates the text (tokenization
+  included) with natural stopping and the same options: beam --beam-size, length penalty |Y|^alpha
+  (--alpha), at most --max-output tokens, and each sentence ends once beam_size hypotheses have ended
+  (CTranslate2's and fairseq's rule; transformers' early_stopping=True). Reported: sentences/s and BLEU
+  against the references; a speed ratio means something only where the engines' BLEU agree (within 0.3).
+- forced (the default): a random Hugging Face Marian model (and a SentencePiece tokenizer trained on the
+  fly); every engine decodes the same source ids and every output is forced to exactly --out-tokens tokens:
+  EOS is banned before that length and the search stops there. Tokens/s counts the tokens of each
+  sentence's best hypothesis, EOS not counted. Random weights with forced lengths hide what natural stopping
+  costs: keep it as a second table.
+
+    python benchmarks/decode.py --hf-dir bench/marian --text bench/marian/test.en --refs bench/marian/test.de
     python benchmarks/decode.py --shape base --threads 2 --sentences 64 --json base.json
 
-Every engine decodes ids (no text processing is timed) with beam search, and every output is forced to
-exactly --out-tokens tokens: EOS is banned before that length and the search stops there. Tokens/s counts
-the tokens of each sentence's best hypothesis, EOS not counted, over the wall time of all batches; a
-warm-up batch is run first and not timed, and the best (fastest) of --repeats repeats is reported. The
+A warm-up batch is run first and not timed, and the best (fastest) of --repeats repeats is reported. The
 engines take turns within each repeat so that noise from other processes falls on all of them alike.
 
 Each engine lives in a process of its own and only one decodes at a time. In one process they disturb each
@@ -43,6 +50,7 @@ import torch
 from common import EOS, SHAPES, UNK, log, synchronize
 
 ENGINES = ("ours", "transformers", "ctranslate2")
+TEXT_ONLY = ("ours-batched",)  # real mode only: ours without refilling the search, for before/after
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -153,10 +161,10 @@ Decode = Callable[[list[list[int]]], list[list[int]]]
 
 
 def ours_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> tuple[str, Decode]:
-    from model.beam import beam_search
+    from model.beam import beam_search, pad_batch
     from model.config import DecodingConfig
     from model.marian import import_marian
-    from model.translator import Translator, pad_batch
+    from model.translator import Translator
 
     import_marian(hf_dir, work / "ours")
     translator = Translator.load(work / "ours", device=args.device, dtype=args.dtype, threads=args.threads)
@@ -226,7 +234,108 @@ def ctranslate2_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Na
     return f"{args.device} {args.dtype}", decode
 
 
+# -- real mode: each engine turns a batch of texts into the best translation of each --------------------
+
+TextDecode = Callable[[list[str]], list[str]]
+
+
+def _ours(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[Any, Any]:
+    """Our Translator on the imported Marian weights, and the DecodingConfig of the real workload."""
+    from model.config import DecodingConfig
+    from model.marian import import_marian
+    from model.translator import Translator
+
+    import_marian(hf_dir, work / "ours")
+    translator = Translator.load(work / "ours", device=args.device, dtype=args.dtype, threads=args.threads)
+    cfg = DecodingConfig(beam_size=args.beam_size, length_penalty=args.alpha, length_penalty_form="average",
+                         early_stopping=not args.bound).with_max_length(args.max_output)
+    return translator, cfg
+
+
+def ours_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[str, TextDecode]:
+    """Translator.translate: one continuous search, refilled as sentences finish."""
+    translator, cfg = _ours(hf_dir, work, args)
+
+    def decode(texts: list[str]) -> list[str]:
+        out = [t.text for t in translator.translate(texts, cfg, max_batch_size=args.batch_size, truncate=True)]
+        synchronize(args.device)
+        return out
+
+    return f"{args.device} {args.dtype}", decode
+
+
+def ours_batched_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[str, TextDecode]:
+    """Ours as before continuous batching: length-sorted batches, each searched until its last sentence ends."""
+    translator, cfg = _ours(hf_dir, work, args)
+
+    def decode(texts: list[str]) -> list[str]:
+        ids = translator.encode(texts, truncate=True)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = [""] * len(ids)
+        for start in range(0, len(order), args.batch_size):
+            batch = order[start:start + args.batch_size]
+            for i, nbest in zip(batch, translator.search([ids[i] for i in batch], cfg), strict=True):
+                out[i] = translator.tokenizer.decode_target(nbest[0].tokens)
+        synchronize(args.device)
+        return out
+
+    return f"{args.device} {args.dtype}", decode
+
+
+def transformers_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[str, TextDecode]:
+    from transformers import MarianMTModel, MarianTokenizer
+
+    torch.set_num_threads(args.threads)
+    tokenizer = MarianTokenizer.from_pretrained(hf_dir)
+    model = MarianMTModel.from_pretrained(hf_dir, dtype=TORCH_DTYPES[args.dtype]).to(args.device).eval()
+
+    def decode(texts: list[str]) -> list[str]:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # batches of similar length, as ours
+        out = [""] * len(texts)
+        for start in range(0, len(order), args.batch_size):
+            batch = order[start:start + args.batch_size]
+            enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True).to(args.device)
+            with torch.inference_mode():
+                ids = model.generate(**enc, num_beams=args.beam_size, length_penalty=args.alpha,
+                                     early_stopping=not args.bound, max_new_tokens=args.max_output + 1,
+                                     bad_words_ids=[[tokenizer.pad_token_id]])
+            for i, text in zip(batch, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
+                out[i] = text
+        synchronize(args.device)
+        return out
+
+    return f"{args.device} {args.dtype}", decode
+
+
+def ctranslate2_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[str, TextDecode]:
+    try:
+        import ctranslate2
+    except ImportError as e:
+        raise Skip(f"ctranslate2 is not installed ({e})") from e
+    import sentencepiece as spm
+
+    if args.bound:
+        raise Skip("CTranslate2 has no exact-bound stopping rule")
+    if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise Skip("this CTranslate2 build has no CUDA support (or sees no GPU)")
+    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
+    translator = ctranslate2.Translator(str(work / "ct2"), device=args.device, inter_threads=1,
+                                        intra_threads=args.threads, compute_type=args.ct2_compute or args.dtype)
+    source = spm.SentencePieceProcessor(model_file=str(hf_dir / "source.spm"))
+    target = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
+
+    def decode(texts: list[str]) -> list[str]:
+        pieces = [source.encode(t, out_type=str) + ["</s>"] for t in texts]
+        results = translator.translate_batch(pieces, beam_size=args.beam_size, length_penalty=args.alpha,
+                                             max_decoding_length=args.max_output, max_batch_size=args.batch_size)
+        return [target.decode_pieces(r.hypotheses[0]) for r in results]
+
+    return f"{args.device} {args.ct2_compute or args.dtype}", decode
+
+
 BUILDERS = {"ours": ours_engine, "transformers": transformers_engine, "ctranslate2": ctranslate2_engine}
+TEXT_BUILDERS = {"ours": ours_text_engine, "ours-batched": ours_batched_text_engine,
+                 "transformers": transformers_text_engine, "ctranslate2": ctranslate2_text_engine}
 
 
 def _pad(batch: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,7 +358,7 @@ def _until(ids: list[int], stops: tuple[int, ...]) -> list[int]:
 class EngineProcess:
     """One engine, built and warmed up in a process of its own, decoding the workload when asked."""
 
-    def __init__(self, name: str, hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace) -> None:
+    def __init__(self, name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Namespace) -> None:
         self.name = name
         spawn = multiprocessing.get_context("spawn")
         self.conn, child = spawn.Pipe()
@@ -285,16 +394,19 @@ class EngineProcess:
         self.process.join(timeout=30)
 
 
-def _engine_main(name: str, hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace,
+def _engine_main(name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Namespace,
                  conn: Connection) -> None:
     """The engine process: build, warm up, then decode the workload on every "run"."""
     warnings.filterwarnings("ignore")
     try:
-        compute, decode = BUILDERS[name](hf_dir, work, wl, args)
+        if args.text is not None:
+            compute, decode = TEXT_BUILDERS[name](hf_dir, work, args)
+        else:
+            compute, decode = BUILDERS[name](hf_dir, work, wl, args)
     except Skip as e:
         conn.send(("skip", str(e)))
         return
-    decode(wl.batches[0])  # warm-up, not timed
+    decode(wl.batches[0][:32])  # warm-up, not timed
     conn.send(("ready", compute))
     while (message := conn.recv()) != "stop":
         if message == "run":
@@ -345,6 +457,67 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for engine in engines.values():
                 engine.close()
     return summary
+
+
+def run_text(args: argparse.Namespace) -> dict[str, Any]:
+    """The real workload: every engine translates the held-out text; sentences/s and BLEU."""
+    import sacrebleu
+
+    texts = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines()][:args.sentences or None]
+    refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines()][:len(texts)]
+    wl = TextWorkload([texts])
+    seconds: dict[str, list[float]] = {}
+    outputs: dict[str, list[str]] = {}
+    computes: dict[str, str] = {}
+    engines: dict[str, EngineProcess] = {}
+    with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
+        for name in args.engines:
+            engine = EngineProcess(name, args.hf_dir, Path(tmp), wl, args)
+            compute, skipped = engine.ready()
+            if skipped:
+                log(f"{name}: skipped: {skipped}")
+                continue
+            engines[name], computes[name], seconds[name] = engine, compute, []
+            log(f"{name}: ready ({compute})")
+        try:
+            for r in range(args.repeats):
+                for name, engine in engines.items():
+                    time.sleep(0.25)
+                    took, outputs[name] = engine.decode_all()
+                    seconds[name].append(took)
+                    log(f"repeat {r + 1}/{args.repeats} {name}: {took:.2f} s")
+        finally:
+            for engine in engines.values():
+                engine.close()
+    rule = "the exact bound" if args.bound else "beam_size ended"
+    print(f"real text: {len(texts)} sentences of {args.text}, beam {args.beam_size}, |Y|^{args.alpha:g}, at most "
+          f"{args.max_output} tokens, stopping at {rule}, batches of {args.batch_size}, {args.threads} threads; "
+          f"best of {args.repeats} repeats after a warm-up batch")
+    print(f"{'engine':<14} {'compute':<16} {'sentences/s':>11} {'median':>8} {'BLEU':>6}  identical to ours")
+    summary: dict[str, Any] = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                               "sentences": len(texts), "engines": {}, "ratios": {}}
+    for name, out in outputs.items():
+        rate, median = len(texts) / min(seconds[name]), len(texts) / statistics.median(seconds[name])
+        bleu = sacrebleu.corpus_bleu(out, [refs]).score
+        same = sum(a == b for a, b in zip(outputs.get("ours", []), out, strict=False))
+        summary["engines"][name] = {"compute": computes[name], "sentences_per_s": rate, "median_sentences_per_s":
+                                    median, "bleu": bleu, "seconds": seconds[name], "identical_to_ours": same}
+        print(f"{name:<14} {computes[name]:<16} {rate:>11.1f} {median:>8.1f} {bleu:>6.2f}  {same}/{len(texts)}")
+    ours = summary["engines"].get("ours")
+    for name, e in summary["engines"].items():
+        if ours is not None and name != "ours":
+            ratio = ours["sentences_per_s"] / e["sentences_per_s"]
+            agree = abs(ours["bleu"] - e["bleu"]) <= 0.3
+            summary["ratios"][f"ours/{name}"] = ratio
+            print(f"ours / {name}: {ratio:.2f}x (BLEU {'agrees' if agree else 'DIFFERS: do not trust the ratio'})")
+    return summary
+
+
+@dataclass(frozen=True)
+class TextWorkload:
+    """The real workload: one batch holding every text (each engine batches it its own way)."""
+
+    batches: list[list[str]]
 
 
 def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult]) -> dict[str, Any]:
@@ -405,7 +578,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--shape", choices=sorted(SHAPES), default="base")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of every engine")
-    p.add_argument("--sentences", type=int, default=64, help="timed sentences per repeat")
+    p.add_argument("--sentences", type=int, default=64, help="timed sentences per repeat (real: 0 is all)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--out-tokens", type=int, default=48, help="output length forced on every engine")
@@ -422,11 +595,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", type=int, default=0, metavar="ROWS",
                    help="afterwards, profile one batch of our engine and print this many ops by self time")
     p.add_argument("--json", type=Path, help="also write the results here")
+    real = p.add_argument_group("real workload (trained model, held-out text, natural stopping)")
+    real.add_argument("--hf-dir", type=Path, help="a trained Hugging Face Marian directory (benchmarks/marian.py)")
+    real.add_argument("--text", type=Path, help="source sentences, one per line")
+    real.add_argument("--refs", type=Path, help="reference translations, one per line")
+    real.add_argument("--alpha", type=float, default=0.6, help="length penalty |Y|^alpha")
+    real.add_argument("--max-output", type=int, default=128, help="most output tokens")
+    real.add_argument("--bound", action="store_true",
+                      help="stop by the exact bound (early_stopping=False) instead of at beam_size ended")
+    real.add_argument("--ct2-compute", default=None, help="CTranslate2's compute type (default: --dtype)")
     args = p.parse_args(argv)
+    if args.text is not None and (args.hf_dir is None or args.refs is None):
+        p.error("--text needs --hf-dir and --refs")
+    given = argv if argv is not None else sys.argv
+    if args.text is not None and "--batch-size" not in given:
+        args.batch_size = 32
+    if args.text is not None and "--sentences" not in given:
+        args.sentences = 0  # every line
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = sorted(set(args.engines) - set(ENGINES))
+    known = ENGINES + (TEXT_ONLY if args.text is not None else ())
+    unknown = sorted(set(args.engines) - set(known))
     if unknown:
-        p.error(f"unknown engines {unknown}; choose from {list(ENGINES)}")
+        p.error(f"unknown engines {unknown}; choose from {list(known)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda, but torch sees no GPU")
     if not 2 <= args.min_src <= args.max_src:
@@ -435,7 +625,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    common.main(run, parse_args(argv))
+    args = parse_args(argv)
+    common.main(run_text if args.text is not None else run, args)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,29 @@
-"""Serving throughput and latency: dynamic batching against batch size 1, and against the offline engine.
+"""Serving throughput and latency: continuous batching against batch size 1, and against the offline engine.
 
-One run builds a random model (`--shape`, SentencePiece trained on the fly on made-up text; nothing is
-downloaded), then measures, on this machine:
+Two workloads:
+
+- real (`--model DIR --text FILE`): a trained checkpoint and real held-out sentences, one per line, each
+  stopping on its own with the service's default options (beam `--beam-size`);
+- forced (the default): a random model (`--shape`, SentencePiece trained on the fly on made-up text) with
+  every output forced to exactly `--out-tokens` tokens (min_length = max_length), so that every mode does
+  the same decoding work. Random weights hide what natural stopping does to batching: a second table.
+
+For each, on this machine:
 
 1. the offline engine: `Translator.translate` over all texts in batches of `--batch-size` (the ceiling),
-   before every dynamic level and after the last (the machine's speed drifts over a run: each level's
+   before every serving level and after the last (the machine's speed drifts over a run: each level's
    ratio uses the mean of the offline runs just before and after it);
-2. `transformer serve` with dynamic batching (`TRANSFORMER_MAX_BATCH_SIZE=--batch-size`);
-3. `transformer serve` with batch size 1 (`TRANSFORMER_MAX_BATCH_SIZE=1`),
+2. `transformer serve` with continuous batching (`TRANSFORMER_MAX_BATCH_SIZE=--batch-size`);
+3. `transformer serve` with batch size 1 (`TRANSFORMER_MAX_BATCH_SIZE=1`), unless --no-batch-1,
 
 each server in its own process with `--threads` torch threads, driven by N concurrent HTTP clients
 (N in `--clients`), each sending one text per POST /translate and the next as soon as it is answered.
 The clients are minimal keep-alive HTTP/1.1 connections on asyncio, as cheap as a client can be: they
-share the machine's cores with the server.
-Every output is forced to exactly `--out-tokens` tokens (min_length = max_length), so every mode does the
-same decoding work. Reported: target tokens/s, requests/s, p50 and p99 latency, and the ratios
-dynamic / batch-1 at each N and dynamic / offline.
+share the machine's cores with the server. Reported: sentences/s, p50 and p99 latency, texts per decoding
+step, the ratios serve / batch-1 and serve / offline at each N, and p50 against Little's law at offline
+speed (N / offline sentences/s).
 
-    python benchmarks/serve.py
+    python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --clients 1,32,64
     python benchmarks/serve.py --shape base --clients 1,8,32 --json serve.json
 """
 
@@ -44,7 +50,7 @@ import sentencepiece as spm
 import torch
 
 from model.checkpoint import CheckpointMeta, save_checkpoint
-from model.config import ModelConfig
+from model.config import DecodingConfig, ModelConfig
 from model.tokenizer import SpecialIds, TokenizerConfig
 from model.transformer import Transformer
 from model.translator import Translator
@@ -65,7 +71,7 @@ class Level:
     requests_per_s: float
     p50_ms: float
     p99_ms: float
-    mean_batch: float = 0.0  # texts per decoded batch, from the server's /metrics
+    mean_batch: float = 0.0  # texts per decoding step, from the server's /metrics
     busy: float = 0.0  # the share of the wall time the server spent in beam search, from its /metrics
 
 
@@ -75,8 +81,9 @@ def made_up_text(n: int, seed: int, min_words: int = 6, max_words: int = 20) -> 
     return [" ".join(rng.choice(words) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
 
 
-def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path:
-    """A random checkpoint of the preset's shape with a SentencePiece model trained on made-up text."""
+def build_model(directory: Path, shape: str, vocab_size: int, seed: int, **overrides: Any) -> Path:
+    """A random checkpoint of the preset's shape (ModelConfig overrides allowed) with a SentencePiece model
+    trained on made-up text."""
     special = SpecialIds()
     text = directory / "text.txt"
     text.write_text("\n".join(made_up_text(20000, seed)) + "\n")
@@ -84,45 +91,53 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int) -> Path
                                    model_type="bpe", pad_id=special.pad, unk_id=special.unk, bos_id=special.bos,
                                    eos_id=special.eos, minloglevel=2, num_threads=1)
     torch.manual_seed(seed)
-    model = Transformer(ModelConfig.from_preset(SHAPES[shape], vocab_size)).eval()
+    model = Transformer(ModelConfig.from_preset(shape, vocab_size, **overrides)).eval()
     meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
                                                                      target_model="spm.model"),
                           source_lang="xx", target_lang="yy")
     return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
 
 
-def offline_options(args: argparse.Namespace) -> dict[str, Any]:
-    """What every mode decodes with: beam --beam-size, exactly --out-tokens tokens."""
-    return dict(beam_size=args.beam_size, min_length=args.out_tokens, max_len_a=0.0, max_len_b=args.out_tokens)
+def options(args: argparse.Namespace) -> dict[str, Any]:
+    """What every mode decodes with: beam --beam-size, the defaults otherwise (real), or exactly --out-tokens
+    tokens (forced), as POST /translate fields."""
+    if args.text is not None:
+        return {"beam_size": args.beam_size}
+    return {"beam_size": args.beam_size, "min_length": args.out_tokens, "max_length": args.out_tokens}
 
 
 def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: int) -> Level:
     """The offline engine's throughput, measured just before the level with `before` clients (0: after the last)."""
+    cfg = DecodingConfig(beam_size=args.beam_size)
+    if args.text is None:
+        cfg = DecodingConfig(beam_size=args.beam_size, min_length=args.out_tokens).with_max_length(args.out_tokens)
     start = time.perf_counter()
-    tr.translate(texts, max_batch_size=args.batch_size, max_batch_tokens=10**9, **offline_options(args))
+    tr.translate(texts, cfg, max_batch_size=args.batch_size, max_batch_tokens=10**9)
     seconds = time.perf_counter() - start
     level = Level("offline", before, len(texts), seconds, len(texts) * args.out_tokens / seconds,
                   len(texts) / seconds, 0.0, 0.0)
-    print(f"  offline        : {level.tokens_per_s:8.1f} tok/s", flush=True)
+    if before >= 0:  # not the warm-up
+        print(f"  offline        : {level.requests_per_s:8.1f} sentences/s", flush=True)
     return level
 
 
 class ServerProcess:
     """`transformer serve` in its own process on a free port."""
 
-    def __init__(self, models: Path, batch_size: int, args: argparse.Namespace) -> None:
+    def __init__(self, models: Path, batch_size: int, args: argparse.Namespace, root: Path | None = None) -> None:
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
-               "TRANSFORMER_THREADS": str(args.server_threads or args.threads),
-               "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size),
-               "TRANSFORMER_MAX_WAIT_MS": str(args.max_wait_ms), "TRANSFORMER_MAX_QUEUE": "100000",
+               "TRANSFORMER_THREADS": str(args.server_threads or args.threads), "TRANSFORMER_DEVICE": args.device,
+               "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size), "TRANSFORMER_MAX_QUEUE": "100000",
                "TRANSFORMER_MAX_BATCH_TOKENS": "1000000", "TRANSFORMER_REQUEST_TIMEOUT_S": "600"}
         env.pop("REDIS_URL", None)
+        if root is not None:  # another checkout's code (e.g. the last release, for before/after)
+            env["PYTHONPATH"] = str(root)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, cwd=root,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def __enter__(self) -> ServerProcess:
@@ -170,7 +185,7 @@ class Connection:
 
 async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespace) -> tuple[float, list[float]]:
     """N clients, each posting its share of texts one after another; returns wall time and latencies."""
-    body = {"beam_size": args.beam_size, "min_length": args.out_tokens, "max_length": args.out_tokens}
+    body = options(args)
     latencies: list[float] = []
     queue = list(reversed(texts))
 
@@ -194,7 +209,7 @@ async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespa
 
 
 def batches_so_far(url: str) -> tuple[float, float, float]:
-    """(batches, texts, seconds of beam search) decoded by the server so far."""
+    """(decoding steps, texts x steps, seconds of beam search) of the server so far."""
     metrics = dict(line.split(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
                    if line.startswith(("transformer_batch_size_", "transformer_decode_seconds_total")))
     return (float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"]),
@@ -202,15 +217,15 @@ def batches_so_far(url: str) -> tuple[float, float, float]:
 
 
 def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace,
-                 ceiling: Callable[[int], Level] | None = None) -> list[Level]:
+                 ceiling: Callable[[int], Level] | None = None, root: Path | None = None) -> list[Level]:
     """One server, driven by each number of clients in turn; with ceiling, the offline engine is measured
     before every level and after the last, so that each level has its ceiling from the minutes around it."""
     out = []
-    with ServerProcess(models, batch_size, args) as server:
+    with ServerProcess(models, batch_size, args, root) as server:
         for n in args.clients:
             if ceiling is not None:
                 out.append(ceiling(n))
-            count = max(args.min_requests, args.requests_per_client * n)
+            count = len(texts) if args.text else max(args.min_requests, args.requests_per_client * n)
             asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up, outside the batch counts
             before = batches_so_far(server.url)
             seconds, lat = asyncio.run(drive(server.url, texts[:count], n, args))
@@ -219,8 +234,8 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
             level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
                           1000 * statistics.median(lat), 1000 * q[98],
                           (after[1] - before[1]) / max(1.0, after[0] - before[0]), (after[2] - before[2]) / seconds)
-            print(f"  {mode:8s} N={n:3d}: {level.tokens_per_s:8.1f} tok/s  {level.requests_per_s:6.2f} req/s  "
-                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/batch  "
+            print(f"  {mode:8s} N={n:3d}: {level.requests_per_s:8.1f} sentences/s  "
+                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/step  "
                   f"busy {100 * level.busy:3.0f}%", flush=True)
             out.append(level)
         if ceiling is not None:
@@ -228,47 +243,82 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
     return out
 
 
+def workload(args: argparse.Namespace, tmp: Path) -> tuple[Path, list[str]]:
+    """The checkpoint to serve (alone in its models directory) and the texts."""
+    total = max(args.min_requests, args.requests_per_client * max(args.clients))
+    if args.text is None:
+        return build_model(tmp, args.shape, args.vocab_size, args.seed), made_up_text(total, args.seed + 1)
+    (tmp / "models").mkdir()
+    checkpoint = tmp / "models" / "bench"
+    checkpoint.symlink_to(args.model.resolve())
+    lines = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return checkpoint, lines[:args.sentences or None]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    p.add_argument("--model", type=Path, default=None, help="a trained checkpoint (real workload, with --text)")
+    p.add_argument("--text", type=Path, default=None, help="held-out sentences, one per line (real workload)")
+    p.add_argument("--sentences", type=int, default=0, help="use the first this many lines of --text (0: all)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="small", help="the forced workload's random model")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (then bfloat16, as the service's default)")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
-    p.add_argument("--requests-per-client", type=int, default=16)
+    p.add_argument("--requests-per-client", type=int, default=16, help="forced workload: texts per client")
     p.add_argument("--min-requests", type=int, default=32)
     p.add_argument("--server-threads", type=int, default=None,
                    help="torch threads of the servers (default: --threads, as the offline engine)")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-wait-ms", type=float, default=10.0)  # the service default
+    p.add_argument("--no-batch-1", action="store_true", help="skip the batch-size-1 server")
+    p.add_argument("--before", type=Path, default=None,
+                   help="also serve with the code of this checkout (e.g. a worktree of the last release)")
     p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--out-tokens", type=int, default=24)
+    p.add_argument("--out-tokens", type=int, default=24, help="forced workload: tokens per output")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
+    if (args.model is None) != (args.text is None):
+        p.error("--model and --text go together")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = build_model(Path(tmp), args.shape, args.vocab_size, args.seed)
-        total = max(args.min_requests, args.requests_per_client * max(args.clients))
-        texts = made_up_text(total, args.seed + 1)
-        print(f"shape {args.shape}, beam {args.beam_size}, {args.out_tokens} tokens per output, "
-              f"{args.threads} threads, batches of {args.batch_size}, max wait {args.max_wait_ms} ms", flush=True)
-        tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
-        tr.translate(texts[:args.batch_size], max_batch_size=args.batch_size, **offline_options(args))  # warm-up
-        levels = serve_levels("dynamic", checkpoint.parent, args.batch_size, texts, args,
+        checkpoint, texts = workload(args, Path(tmp))
+        kind = f"real: {args.text}" if args.text else f"forced: shape {args.shape}, {args.out_tokens} tokens per output"
+        print(f"{kind}; {len(texts)} texts, beam {args.beam_size}, {args.threads} threads, batches of "
+              f"{args.batch_size}", flush=True)
+        tr = Translator.load(checkpoint, device=args.device, threads=args.threads)
+        offline(tr, texts[:args.batch_size], args, -1)  # warm-up
+        levels = serve_levels("serve", checkpoint.parent, args.batch_size, texts, args,
                               ceiling=lambda n: offline(tr, texts, args, n))
-        levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
-    # The machine's speed drifts over a run: each level's ceiling is the mean of the offline runs just
-    # before and just after it.
-    ceilings = [lv.tokens_per_s for lv in levels if lv.mode == "offline"]
+        if not args.no_batch_1:
+            levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
+        if args.before is not None:
+            levels += serve_levels("before", checkpoint.parent, args.batch_size, texts, args, root=args.before)
+    print_ratios(args, levels)
+
+
+def print_ratios(args: argparse.Namespace, levels: list[Level]) -> None:
+    """serve / batch-1 and serve / offline per client count; the machine's speed drifts over a run, so each
+    level's ceiling is the mean of the offline runs just before and just after it."""
+    ceilings = [lv.requests_per_s for lv in levels if lv.mode == "offline"]
     by = {(lv.mode, lv.clients): lv for lv in levels if lv.mode != "offline"}
-    print("\nclients  dynamic/batch-1  dynamic/offline")
+    print("\nclients  serve/batch-1  serve/offline  p99/p50  p50/(N/offline)  serve/before  p50/before p50")
     ratios = []
     for i, n in enumerate(args.clients):
-        d, b = by[("dynamic", n)], by[("batch-1", n)]
+        d, b = by[("serve", n)], by.get(("batch-1", n))
         ceiling = (ceilings[i] + ceilings[i + 1]) / 2
-        ratios.append({"clients": n, "dynamic_over_batch1": d.tokens_per_s / b.tokens_per_s,
-                       "offline_tokens_per_s": ceiling, "dynamic_over_offline": d.tokens_per_s / ceiling})
-        print(f"{n:7d}  {ratios[-1]['dynamic_over_batch1']:14.2f}x  {ratios[-1]['dynamic_over_offline']:14.2f}x")
+        little = 1000 * n / ceiling  # ms: Little's law at offline speed
+        before = by.get(("before", n))
+        ratios.append({"clients": n, "serve_over_batch1": d.requests_per_s / b.requests_per_s if b else None,
+                       "serve_over_before": d.requests_per_s / before.requests_per_s if before else None,
+                       "p50_over_before": d.p50_ms / before.p50_ms if before else None,
+                       "offline_sentences_per_s": ceiling, "serve_over_offline": d.requests_per_s / ceiling,
+                       "p99_over_p50": d.p99_ms / d.p50_ms, "p50_over_little": d.p50_ms / little})
+        r = ratios[-1]
+        over_b1 = f"{r['serve_over_batch1']:12.2f}x" if b else f"{'-':>13}"
+        vs = (f"  {r['serve_over_before']:11.2f}x  {r['p50_over_before']:15.2f}" if before else "")
+        print(f"{n:7d}  {over_b1}  {r['serve_over_offline']:12.2f}x  {r['p99_over_p50']:7.2f}  "
+              f"{r['p50_over_little']:15.2f}{vs}")
     if args.json:
         args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
                                                       for k, v in vars(args).items()},

@@ -1,15 +1,21 @@
-"""Batched beam search over many sentences at once (§6.1); finished sentences leave the batch."""
+"""Batched beam search (§6.1) as a loop that sentences join and leave at every step (continuous batching).
+
+Each sentence carries its own options (length penalty, output limit, min length, no-repeat size, n-best);
+only the beam size is shared by the sentences of one loop.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from model.cache import DecoderCache
+from model.cache import JOIN_ROOM, DecoderCache
 from model.config import DecodingConfig
+from model.errors import SearchStopped
 from model.tokenizer import SpecialIds
 from model.transformer import Transformer
 
@@ -23,138 +29,276 @@ class Hypothesis:
     log_prob: float
 
 
-def length_limits(src_mask: Tensor, cfg: DecodingConfig, model_max_len: int) -> list[int]:
-    """Longest output per sentence: a * |source| + b tokens (EOS not counted), within the model's positions."""
-    src_len = src_mask.sum(dim=1).tolist()
-    return [min(int(cfg.max_len_a * n + cfg.max_len_b), model_max_len - 1) for n in src_len]
-
-
 @dataclass
-class _Beams:
-    """The live search state of the sentences still in the batch."""
+class Sentence:
+    """One source sentence in the loop: its options, output limit, steps so far and ended hypotheses."""
 
-    alive: list[int]  # batch index of each sentence still searched
-    max_len: list[int]  # output limit of each of them
-    history: Tensor  # (R, t + 1) ids so far, starting with the decoder start symbol
-    scores: Tensor  # (B, beams) summed log-probabilities
-    cache: DecoderCache
+    tag: Hashable  # the caller's name for it
+    cfg: DecodingConfig
+    limit: int  # most output tokens, EOS not counted
+    source_length: int
+    step: int = 0  # tokens decoded so far
+    ended: list[Hypothesis] = field(default_factory=list)
 
-
-@torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodingConfig,
-                special: SpecialIds) -> list[list[Hypothesis]]:
-    """The n_best hypotheses of each source sentence, best first. src, src_mask: (B, S)."""
-    memory, _ = model.encode(src, src_mask)
-    B = src.size(0)
-    limits = length_limits(src_mask, cfg, model.cfg.max_len)
-    state = _Beams(
-        alive=list(range(B)), max_len=limits,
-        history=torch.full((B, 1), special.decoder_start, dtype=torch.long, device=src.device),
-        scores=torch.zeros(B, 1, device=src.device), cache=model.start_cache(memory, src_mask, max(limits)),
-    )
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    banned = torch.tensor(sorted(set(cfg.banned_ids) | set(special.never_generated)), device=src.device)
-    for step in range(max(*limits, 1)):
-        logits, state.cache = model.step(state.history[:, -1], state.cache)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (R, V)
-        eos_logp = logp[:, special.eos].clone() if step == 0 and 0 in limits else None
-        constrain(logp, state.history, step, cfg, special.eos, banned)
-        if eos_logp is not None:  # a limit of 0 tokens leaves only EOS (rows are sentences at step 0)
-            empty = torch.tensor([n == 0 for n in limits], device=logp.device)
-            logp[empty] = -math.inf
-            logp[empty, special.eos] = eos_logp[empty]
-        state = _advance(state, logp, step, cfg, special.eos, finished)
-        if not state.alive:
-            break
-    return [sorted(hyps, key=lambda hyp: -hyp.score)[:cfg.n_best] for hyps in finished]
+    def n_best(self) -> list[Hypothesis]:
+        return sorted(self.ended, key=lambda hyp: -hyp.score)[:self.cfg.n_best]
 
 
-def constrain(logp: Tensor, history: Tensor, step: int, cfg: DecodingConfig, eos: int, banned: Tensor) -> None:
-    """Ban ids in place: never-generated ids, EOS before min_length, repeated n-grams."""
-    logp[:, banned] = -math.inf
-    if step < cfg.min_length:
-        logp[:, eos] = -math.inf
-    if cfg.no_repeat_ngram_size:
-        ban_repeated_ngrams(logp, history, cfg.no_repeat_ngram_size)
+@dataclass(frozen=True)
+class Candidates:
+    """The k best candidates of every sentence at one step, on the host: the one transfer per step, unpacked."""
+
+    log_prob: list[list[float]]  # (B, k) summed log P, best first
+    token: list[list[int]]  # (B, k) the id each one adds
+    row: list[list[int]]  # (B, k) the hypothesis (row) each one extends
+    best_going_on: list[float]  # (B,) log P of the best candidate that does not end
+
+    @staticmethod
+    def of(top: Tensor, token: Tensor, row: Tensor, going_on: Tensor, k: int) -> Candidates:
+        host = torch.cat([top[:, :k].double(), token[:, :k].double(), row[:, :k].double(),
+                          going_on[:, :1].double()], dim=1).tolist()  # (B, 3k + 1)
+        return Candidates(log_prob=[r[:k] for r in host], token=[[int(x) for x in r[k:2 * k]] for r in host],
+                          row=[[int(x) for x in r[2 * k:3 * k]] for r in host], best_going_on=[r[3 * k] for r in host])
 
 
-def ban_repeated_ngrams(logp: Tensor, history: Tensor, n: int) -> None:
-    """Forbid any id that would repeat an n-gram already in a hypothesis (start symbol included)."""
+@dataclass(frozen=True)
+class _Best:
+    """A step's best candidates on the device: the 2k best of each sentence, (B, 2k) log P, ids and the rows
+    they extend; and the k best that do not end, (B, k)."""
+
+    top: Tensor
+    token: Tensor
+    row: Tensor
+    go_on_log_prob: Tensor
+    go_on_row: Tensor
+    go_on_token: Tensor
+
+
+def pad_batch(batch: Sequence[Sequence[int]], pad: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """Right-pad id lists into (B, S) ids and a (B, S) bool mask, True on real tokens."""
+    S = max(len(ids) for ids in batch)
+    src = torch.full((len(batch), S), pad, dtype=torch.long)
+    for i, ids in enumerate(batch):
+        src[i, :len(ids)] = torch.tensor(ids)
+    mask = torch.arange(S)[None, :] < torch.tensor([len(ids) for ids in batch])[:, None]
+    return src.to(device), mask.to(device)
+
+
+class BeamLoop:
+    """The live rows of a beam search with beam size k: k rows per sentence, sentences in admission order.
+
+    admit() encodes new sentences and adds their rows; step() decodes one token for every row and returns
+    the sentences that finished; drop() removes sentences nobody waits for.
+    """
+
+    def __init__(self, model: Transformer, special: SpecialIds, beam_size: int) -> None:
+        self.model, self.special, self.k = model, special, beam_size
+        weight = next(model.parameters())
+        self.device, self.dtype = weight.device, torch.promote_types(weight.dtype, torch.float32)  # of log P
+        self.sentences: list[Sentence] = []
+        self.cache: DecoderCache | None = None
+        self.history = torch.empty(0, 1, dtype=torch.long, device=self.device)  # (R, columns) ids, left-aligned
+        self.scores = torch.empty(0, beam_size, device=self.device, dtype=self.dtype)  # (B, k) summed log P
+        self.never = torch.tensor(sorted(set(special.never_generated)), device=self.device)
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def source_length(self) -> int:
+        """The padded source length every row attends over."""
+        return max((s.source_length for s in self.sentences), default=0)
+
+    @torch.inference_mode()
+    def admit(self, sources: Sequence[Sequence[int]], cfgs: Sequence[DecodingConfig], tags: Sequence[Hashable]) -> None:
+        """Add sentences (source ids, each with its options and tag); they take part from the next step."""
+        if not sources:
+            return
+        assert all(cfg.beam_size == self.k for cfg in cfgs), "a loop holds one beam size"
+        src, mask = pad_batch(sources, self.special.pad, self.device)
+        memory, _ = self.model.encode(src, mask)
+        limits = [cfg.output_limit(len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
+        new = self.model.start_cache(memory, mask, capacity=min(max(limits) + 1, JOIN_ROOM), beams=self.k)  # grows
+        B = len(sources)
+        history = torch.full((B * self.k, 1), self.special.decoder_start, dtype=torch.long, device=self.device)
+        scores = torch.full((B, self.k), -math.inf, device=self.device, dtype=self.dtype)
+        scores[:, 0] = 0.0  # one live hypothesis per new sentence: its other beams start at log P = -inf
+        self.cache = new if self.cache is None else self.cache.joined(new)
+        columns = max(self.history.size(1), 1)
+        self.history = torch.cat([self.history, _widen(history, columns)])
+        self.scores = torch.cat([self.scores, scores])
+        self.sentences += [Sentence(tag, cfg, limit, len(ids))
+                           for ids, cfg, limit, tag in zip(sources, cfgs, limits, tags, strict=True)]
+
+    @torch.inference_mode()
+    def step(self) -> list[Sentence]:
+        """Decode one token for every row; return the sentences whose search ended, removed from the loop."""
+        assert self.cache is not None and self.sentences, "step() needs sentences"
+        steps = torch.tensor([s.step for s in self.sentences], device=self.device).repeat_interleave(self.k)  # (R,)
+        last = self.history.gather(1, steps[:, None])[:, 0]  # (R,) each row's latest id
+        logits, self.cache = self.model.step(last, self.cache)
+        logp = torch.log_softmax(logits.to(self.dtype), dim=-1)  # (R, V)
+        self._constrain(logp, steps)
+        best = self._candidates(logp)
+        done = self._record_ended(Candidates.of(best.top, best.token, best.row, best.go_on_log_prob, self.k))
+        ended = [self.sentences[b] for b in sorted(done)]
+        keep = [b for b in range(len(self.sentences)) if b not in done]
+        index = steps.new_tensor(keep)
+        self._keep(keep, best.go_on_row.index_select(0, index).flatten(),
+                   best.go_on_token.index_select(0, index).flatten(), best.go_on_log_prob.index_select(0, index))
+        for s in self.sentences:
+            s.step += 1
+        return ended
+
+    @torch.inference_mode()
+    def drop(self, tags: set[Hashable]) -> list[Sentence]:
+        """Remove the sentences with these tags; returns them."""
+        keep = [b for b, s in enumerate(self.sentences) if s.tag not in tags]
+        gone = [s for s in self.sentences if s.tag in tags]
+        if gone:
+            rows = torch.arange(len(self.sentences) * self.k, device=self.device).view(-1, self.k)[keep].flatten()
+            self._keep(keep, rows, None, self.scores[keep])
+        return gone
+
+    def _constrain(self, logp: Tensor, steps: Tensor) -> None:
+        """Ban ids in place: never-generated and banned ids, EOS before min_length, repeated n-grams; a limit of
+        0 tokens leaves only EOS."""
+        eos, k = self.special.eos, self.k
+        empty = [b for b, s in enumerate(self.sentences) if s.limit == 0 and s.step == 0]
+        eos_logp = logp[:, eos].clone() if empty else None
+        logp[:, self.never] = -math.inf
+        for b, s in enumerate(self.sentences):
+            if s.cfg.banned_ids:
+                logp[b * k:(b + 1) * k, list(s.cfg.banned_ids)] = -math.inf
+        early = [r for b, s in enumerate(self.sentences) if s.step < s.cfg.min_length for r in range(b * k, b * k + k)]
+        if early:
+            logp[early, eos] = -math.inf
+        groups: dict[tuple[int, int], list[int]] = {}  # (n, step) -> rows
+        for b, s in enumerate(self.sentences):
+            if s.cfg.no_repeat_ngram_size:
+                groups.setdefault((s.cfg.no_repeat_ngram_size, s.step), []).extend(range(b * k, b * k + k))
+        for (n, step), group in groups.items():
+            index = steps.new_tensor(group)
+            rows, ids = repeated_ngrams(self.history.index_select(0, index)[:, :step + 1], n)
+            logp[index[rows], ids] = -math.inf
+        if eos_logp is not None:  # rows are sentences' beams: only the first is live at step 0
+            rows_of = steps.new_tensor([r for b in empty for r in range(b * k, b * k + k)])
+            logp[rows_of] = -math.inf
+            logp[rows_of, eos] = eos_logp[rows_of]
+
+    def _candidates(self, logp: Tensor) -> _Best:
+        """Each sentence's 2k best candidates, and of them the k best that do not end."""
+        B, k, V = len(self.sentences), self.k, logp.size(-1)
+        candidates = (self.scores[:, :, None] + logp.view(B, k, V)).view(B, k * V)
+        top, index = candidates.topk(min(2 * k, k * V), dim=1)  # (B, 2k), best first
+        row = index // V + torch.arange(B, device=logp.device)[:, None] * k  # (B, 2k)
+        token = index % V
+        # The k best candidates that do not end go on (a stable sort keeps their rank order).
+        go_on = torch.sort((token == self.special.eos).to(torch.int8), dim=1, stable=True).indices[:, :k]  # (B, k)
+        return _Best(top, token, row, top.gather(1, go_on), row.gather(1, go_on), token.gather(1, go_on))
+
+    def _record_ended(self, found: Candidates) -> set[int]:
+        """Record the hypotheses that end at this step; return the sentences whose search is over.
+
+        Among the k best candidates, those ending in EOS are finished; at a sentence's length limit
+        every one of them is (as CTranslate2 and transformers do, without forcing an EOS).
+        """
+        k, eos = self.k, self.special.eos
+        ending: list[tuple[int, int, float, int]] = []  # (sentence, last token, log P, source row)
+        for b, s in enumerate(self.sentences):
+            at_limit = s.step + 1 >= s.limit
+            for r in range(k):
+                if math.isfinite(found.log_prob[b][r]) and (found.token[b][r] == eos or at_limit):
+                    ending.append((b, found.token[b][r], found.log_prob[b][r], found.row[b][r]))
+        if ending:
+            histories = self.history[[e[3] for e in ending]].tolist()
+            for (b, last, log_prob, _), history in zip(ending, histories, strict=True):
+                s = self.sentences[b]
+                ids = history[1:s.step + 1] + ([] if last == eos else [last])
+                length = len(ids) + (last == eos)  # |Y| counts the EOS when there is one
+                s.ended.append(Hypothesis(ids, log_prob / s.cfg.length_penalty_of(length), log_prob))
+        return {b for b, s in enumerate(self.sentences) if is_done(s, found.best_going_on[b])}
+
+    def _keep(self, keep: list[int], rows: Tensor, next_token: Tensor | None, scores: Tensor) -> None:
+        """Go on with sentences `keep` and hypotheses `rows` (k per sentence), each extended by next_token."""
+        assert self.cache is not None
+        self.sentences = [self.sentences[b] for b in keep]
+        history = self.history.index_select(0, rows)
+        if next_token is not None:
+            steps = [s.step + 1 for s in self.sentences]
+            history = _widen(history, max(steps, default=0) + 1)
+            at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R',)
+            history.scatter_(1, at[:, None], next_token[:, None])
+        self.history, self.scores = history, scores
+        if not keep:
+            self.cache, self.history = None, history[:, :1]
+            return
+        self.cache = self.cache.reorder(rows).trimmed(self.source_length)
+
+
+def _widen(history: Tensor, columns: int) -> Tensor:
+    """history with at least `columns` columns (new ones hold 0), doubling to keep appends cheap."""
+    if history.size(1) >= columns:
+        return history
+    wider = history.new_zeros(history.size(0), max(columns, 2 * history.size(1)))
+    wider[:, :history.size(1)] = history
+    return wider
+
+
+def is_done(s: Sentence, best_going_on: float) -> bool:
+    """Whether sentence s needs no more steps: at its limit, out of candidates, or (by its stopping rule) done."""
+    cfg = s.cfg
+    if s.step + 1 >= s.limit or not math.isfinite(best_going_on):
+        return True
+    if len(s.ended) < cfg.beam_size:
+        return False
+    if cfg.early_stopping:
+        return True
+    # The exact bound: stop once no live hypothesis can beat the beam_size-th best ended one (tensor2tensor's
+    # test). log P only falls, so its best normalised score is at the longest (alpha > 0) or shortest length.
+    worst = sorted(h.score for h in s.ended)[-cfg.beam_size]
+    length = s.limit if cfg.length_penalty > 0 else s.step + 2
+    return best_going_on / cfg.length_penalty_of(length) <= worst
+
+
+def repeated_ngrams(history: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """(rows, ids) that would repeat an n-gram already in a hypothesis (start symbol included).
+    history: (R, t + 1) ids so far."""
     if history.size(1) < n:
-        return
+        empty = history.new_empty(0)
+        return empty, empty
     windows = history.unfold(1, n, 1)  # (R, t + 2 - n, n)
     prefix = history[:, history.size(1) - n + 1:]  # (R, n - 1), the last n - 1 ids
     match = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=-1)  # (R, t + 2 - n)
     rows, cols = match.nonzero(as_tuple=True)
-    logp[rows, windows[rows, cols, -1]] = -math.inf
+    return rows, windows[rows, cols, -1]
 
 
-def _advance(state: _Beams, logp: Tensor, step: int, cfg: DecodingConfig, eos: int,
-             finished: list[list[Hypothesis]]) -> _Beams:
-    """One search step: end hypotheses (on EOS, or all at the length limit), keep the best k that go on,
-    drop the sentences whose search is over."""
-    B, beams = state.scores.shape
-    V, k = logp.size(-1), cfg.beam_size
-    candidates = (state.scores[:, :, None] + logp.view(B, beams, V)).view(B, beams * V)
-    top, index = candidates.topk(min(2 * k, beams * V), dim=1)  # (B, 2k), best first
-    source_row = index // V + torch.arange(B, device=logp.device)[:, None] * beams  # (B, 2k)
-    token = index % V
-    is_eos = token == eos
-    # The k best candidates that do not end go on (a stable sort keeps their rank order).
-    go_on = torch.sort(is_eos.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (B, k)
-    scores, rows, next_token = top.gather(1, go_on), source_row.gather(1, go_on), token.gather(1, go_on)
-    # One transfer to the host per step: the k best candidates and the best score going on.
-    host = torch.cat([top[:, :k].double(), token[:, :k].double(), source_row[:, :k].double(),
-                      scores[:, :1].double()], dim=1).tolist()  # (B, 3k + 1)
-    keep = _finish(state, host, step, cfg, eos, finished)
-    if not keep:
-        return _Beams([], [], state.history[:0], scores[:0], state.cache)
-    if len(keep) < B:
-        kept = torch.tensor(keep, device=logp.device)
-        scores, rows, next_token = scores[kept], rows[kept], next_token[kept]
-    rows = rows.flatten()
-    return _Beams(
-        alive=[state.alive[b] for b in keep], max_len=[state.max_len[b] for b in keep],
-        history=torch.cat([state.history.index_select(0, rows), next_token.reshape(-1, 1)], dim=1),
-        scores=scores, cache=state.cache.reorder(rows, beams=k),
-    )
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodingConfig,
+                special: SpecialIds, stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+    """The n_best hypotheses of each source sentence, best first. src, src_mask: (B, S).
 
-
-def _finish(state: _Beams, host: list[list[float]], step: int, cfg: DecodingConfig, eos: int,
-            finished: list[list[Hypothesis]]) -> list[int]:
-    """Record the hypotheses that end at this step; return the batch rows of sentences that go on.
-
-    Among the k best candidates, those ending in EOS are finished; at a sentence's length limit
-    every one of them is (as CTranslate2 and transformers do, without forcing an EOS).
+    stop, if given, is asked before every step; when it answers True the search raises SearchStopped.
     """
-    k = cfg.beam_size
-    ending: list[tuple[int, int, float, int]] = []  # (sentence, last token, log P, source row)
-    for b, row in enumerate(host):
-        at_limit = step + 1 >= state.max_len[b]
-        for r in range(k):
-            if math.isfinite(row[r]) and (row[k + r] == eos or at_limit):
-                ending.append((b, int(row[k + r]), row[r], int(row[2 * k + r])))
-    if ending:
-        histories = state.history[[e[3] for e in ending]].tolist()
-        for (b, last, log_prob, _), history in zip(ending, histories, strict=True):
-            ids = history[1:] + ([] if last == eos else [last])
-            length = len(ids) + (last == eos)  # |Y| counts the EOS when there is one
-            finished[state.alive[b]].append(Hypothesis(ids, log_prob / cfg.length_penalty_of(length), log_prob))
-    return [b for b in range(len(host)) if not _is_done(state, b, host[b][3 * k], step, cfg, finished)]
+    lengths = src_mask.sum(dim=1).tolist()
+    sources = [row[:n] for row, n in zip(src.tolist(), lengths, strict=True)]
+    return search_all(model, sources, [cfg] * len(sources), special, stop)
 
 
-def _is_done(state: _Beams, b: int, best_live: float, step: int, cfg: DecodingConfig,
-             finished: list[list[Hypothesis]]) -> bool:
-    """Whether sentence b needs no more steps: at its limit, out of candidates, or unbeatable."""
-    hyps = finished[state.alive[b]]
-    if step + 1 >= state.max_len[b] or not math.isfinite(best_live):
-        return True
-    if len(hyps) < cfg.beam_size:
-        return False
-    if cfg.early_stopping:
-        return True
-    # Otherwise stop once no live hypothesis can beat the k-th best finished one (tensor2tensor's
-    # test): log P only falls, so its best normalised score is at the longest (alpha > 0) or shortest length.
-    worst = sorted(h.score for h in hyps)[-cfg.beam_size]
-    length = state.max_len[b] if cfg.length_penalty > 0 else step + 2
-    return best_live / cfg.length_penalty_of(length) <= worst
+def search_all(model: Transformer, sources: Sequence[Sequence[int]], cfgs: Sequence[DecodingConfig],
+               special: SpecialIds, stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+    """Every sentence admitted at once (each with its own options, one beam size), searched to the end."""
+    results: dict[Hashable, list[Hypothesis]] = {}
+    if not sources:
+        return []
+    loop = BeamLoop(model, special, cfgs[0].beam_size)
+    loop.admit(sources, cfgs, list(range(len(sources))))
+    step = 0
+    while loop:
+        if stop is not None and stop():
+            raise SearchStopped(f"stopped at step {step}")
+        for s in loop.step():
+            results[s.tag] = s.n_best()
+        step += 1
+    return [results[i] for i in range(len(sources))]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 from itertools import islice
-from typing import Any, TextIO
+from typing import TextIO
 
 from model.config import DecodingConfig
 
@@ -19,16 +19,21 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float, default=d.length_penalty, help="alpha")
     p.add_argument("--length-penalty-form", choices=["gnmt", "average"], default=d.length_penalty_form,
                    help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
-    p.add_argument("--max-len-a", type=float, default=d.max_len_a)
+    p.add_argument("--max-len-a", type=float, default=d.max_len_a, help="longest output: a * input tokens + b")
     p.add_argument("--max-len-b", type=int, default=d.max_len_b)
+    p.add_argument("--max-length", type=int, default=None, help="longest output in tokens, instead of a and b")
     p.add_argument("--min-length", type=int, default=d.min_length)
     p.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size)
+    p.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=d.early_stopping,
+                   help="stop an input once beam-size hypotheses have ended (fairseq, CTranslate2); "
+                        "--no-early-stopping searches until no live hypothesis can beat them (tensor2tensor)")
 
 
-def decoding_options(args: argparse.Namespace) -> dict[str, Any]:
+def decoding_config(args: argparse.Namespace) -> DecodingConfig:
+    """The DecodingConfig of the options add_decoding_options added."""
     names = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "max_len_a", "max_len_b",
-             "min_length", "no_repeat_ngram_size")
-    return {n: getattr(args, n) for n in names}
+             "min_length", "no_repeat_ngram_size", "early_stopping")
+    return DecodingConfig(**{n: getattr(args, n) for n in names}).with_max_length(args.max_length)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,9 +67,9 @@ def run_translate(args: argparse.Namespace) -> int:
     from model.translator import Translator
 
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
-    options = decoding_options(args)
+    cfg = decoding_config(args)
     for lines in chunks(sys.stdin, max(args.batch_size * 8, 64)):
-        for t in tr.translate(lines, truncate=args.truncate, max_batch_size=args.batch_size, **options):
+        for t in tr.translate(lines, cfg, truncate=args.truncate, max_batch_size=args.batch_size):
             fields = [f"{h.score:.4f}\t{h.text}" if args.scores else h.text for h in t.hypotheses]
             print("\t".join(fields), flush=True)
     return 0

@@ -116,10 +116,11 @@ class DecodingConfig:
     max_len_b: int = 50
     min_length: int = 0  # EOS is banned before this many tokens
     no_repeat_ngram_size: int = 0  # 0 disables
-    # False: stop a sentence once no live hypothesis can beat the beam_size-th best ended one, as
-    # tensor2tensor does ("early termination when possible"). True: stop as soon as beam_size
-    # hypotheses have ended (fairseq; transformers' early_stopping=True): faster, but can miss the best.
-    early_stopping: bool = False
+    # Deviation from tensor2tensor (the paper's code), which stops a sentence only once no live hypothesis can
+    # beat the beam_size-th best ended one ("the exact bound", early_stopping=False). True stops as soon as
+    # beam_size hypotheses have ended, as fairseq, Marian and CTranslate2 do: under |Y|^alpha the bound almost
+    # never ends a sentence before its limit, so it costs 1.5-3x the decoding time for about 0.1 BLEU.
+    early_stopping: bool = True
     banned_ids: tuple[int, ...] = field(default=())  # never generated (pad, decoder start)
 
     def __post_init__(self) -> None:
@@ -134,6 +135,27 @@ class DecodingConfig:
         if self.min_length < 0 or self.no_repeat_ngram_size < 0:
             raise ConfigError("min_length and no_repeat_ngram_size must not be negative")
         _check_choice("length_penalty_form", self.length_penalty_form, ("gnmt", "average"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DecodingConfig:
+        """From plain JSON values (banned_ids as a list); unknown names are errors."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown decoding options: {unknown}")
+        return cls(**{**data, "banned_ids": tuple(data.get("banned_ids", ()))})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "banned_ids": list(self.banned_ids)}
+
+    def with_max_length(self, max_length: int | None) -> DecodingConfig:
+        """The same options with the output limit a fixed max_length (None keeps a * |x| + b)."""
+        return self if max_length is None else dataclasses.replace(self, max_len_a=0.0, max_len_b=max_length)
+
+    def output_limit(self, source_length: int, model_max_len: int) -> int:
+        """Most output tokens (EOS not counted) for a source of source_length tokens: a * |x| + b, within the
+        model's positions."""
+        return min(int(self.max_len_a * source_length + self.max_len_b), model_max_len - 1)
 
     def length_penalty_of(self, length: int) -> float:
         """lp(Y): GNMT's ((5+|Y|)/6)^alpha as in the paper, or fairseq's |Y|^alpha."""

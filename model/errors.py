@@ -35,3 +35,7 @@ class InputTooLongError(InputError):
         self.index = index
         self.length = length
         self.limit = limit
+
+
+class SearchStopped(ModelError):
+    """A search was stopped by its caller before it finished (nobody wants its outputs any more)."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.cache import LayerCache
+from model.cache import LayerCache, StepPositions
 from model.config import ModelConfig
 
 KV = tuple[Tensor, Tensor]
@@ -48,7 +48,8 @@ def step_attention(q: Tensor, k_t: Tensor, v: Tensor, bias: Tensor | None = None
     scores = torch.matmul(q, k_t).mul_(q.size(-1) ** -0.5)  # (..., n, S)
     if bias is not None:
         scores = scores.add_(bias)
-    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)  # float32 sums, as the fused kernel
+    # Sums in float32 at least, as the fused kernel (float64 stays float64).
+    weights = scores.softmax(dim=-1, dtype=torch.promote_types(v.dtype, torch.float32)).to(v.dtype)
     return torch.matmul(weights, v)  # (..., n, d_k)
 
 
@@ -105,13 +106,16 @@ class SelfAttention(nn.Module):
         y = merge_heads(y)  # (B, T, d_model)
         return self.out(y if tokens is None else tokens.pack(y)), weights
 
-    def step(self, x: Tensor, cache: LayerCache, t: int) -> Tensor:
-        """One new position t per row. x: (R, 1, d_model); its keys and values go into cache.kv[t]."""
+    def step(self, x: Tensor, cache: LayerCache, where: StepPositions) -> Tensor:
+        """One new position per row (where). x: (R, 1, d_model); its keys and values go into cache.kv."""
         R, _, d_model = x.shape
         qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
-        cache.kv[t] = qkv[:, 1:].transpose(0, 1)  # (2, R, h, d_k)
-        k, v = cache.keys_values(t + 1)  # each (R, h, t + 1, d_k)
-        y = step_attention(qkv[:, 0, :, None], k.transpose(-2, -1), v)  # (R, h, 1, d_k)
+        if where.index is None:  # every row at position t
+            cache.kv[where.t] = qkv[:, 1:].transpose(0, 1)  # (2, R, h, d_k)
+        else:  # row r at position index[r]
+            cache.kv[where.index, :, where.rows] = qkv[:, 1:]  # (R, 2, h, d_k)
+        k, v = cache.keys_values(where.t + 1)  # each (R, h, t + 1, d_k)
+        y = step_attention(qkv[:, 0, :, None], k.transpose(-2, -1), v, where.bias)  # (R, h, 1, d_k)
         return self.out(merge_heads(y))
 
 
@@ -242,6 +246,14 @@ class Embedding(nn.Module):
         if self.positions is not None:
             return self.positions.weight[start:start + length]
         return self.get_buffer("table")[start:start + length]
+
+    def at(self, ids: Tensor, where: StepPositions) -> Tensor:
+        """ids: (R,), one token per row at the step's positions -> (R, 1, d_model)."""
+        if where.index is None:
+            return self(ids[:, None], start=where.t)
+        table = self.positions.weight if self.positions is not None else self.get_buffer("table")
+        x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
+        return self.drop(x[:, None])
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""

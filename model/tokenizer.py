@@ -10,7 +10,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from model.errors import CheckpointError, ConfigError
+from model.errors import CheckpointError, ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,15 @@ class TokenizerConfig:
 LANGUAGE_CODE = re.compile(r"^\s*(>>[^<>\s]+<<)\s*")  # Marian's target-language token, e.g. ">>fra<<"
 
 
+def check_unicode(text: str) -> None:
+    """InputError for text SentencePiece cannot take: a lone surrogate is not a character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"invalid Unicode: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start}") \
+            from None
+
+
 class _Side:
     """One side's SentencePiece model plus its optional piece -> id vocabulary."""
 
@@ -91,6 +100,7 @@ class _Side:
         return len(self.pieces)
 
     def encode(self, text: str) -> list[str]:
+        check_unicode(text)
         code = LANGUAGE_CODE.match(text) if self.vocab is not None else None
         prefix = [code.group(1)] if code else []
         rest = text[code.end():] if code else text

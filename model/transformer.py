@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.cache import DecoderCache, LayerCache
+from model.cache import DecoderCache, LayerCache, StepPositions
 from model.config import ModelConfig
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
@@ -63,9 +63,9 @@ class DecoderLayer(nn.Module):
         x = self.self_norm.exit(x, a)
         return self._cross_and_ffn(x, cross_kv, src_mask, need_weights, self_w)
 
-    def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, t: int) -> Tensor:
-        """Position t of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
-        x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, t))
+    def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, where: StepPositions) -> Tensor:
+        """The next position of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
+        x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, where))
         c = self.cross_attn.step(self.cross_norm.enter(x), cache.cross_k_t, cache.cross_v, cross_bias)
         x = self.cross_norm.exit(x, c)
         return self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
@@ -182,16 +182,16 @@ class Transformer(nn.Module):
 
     # -- decoder, one step at a time (search) -----------------------------------------------
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64) -> DecoderCache:
+    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64, beams: int = 1) -> DecoderCache:
         """Cross-attention keys and values for every layer, computed once per source, and room for
-        `capacity` target positions (it grows when needed)."""
+        `capacity` target positions (it grows when needed) of `beams` rows per sentence."""
         B = memory.size(0)
-        kv = memory.new_empty(capacity, 2, B, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
-        layers = tuple(LayerCache(kv=torch.empty_like(kv), spare=torch.empty_like(kv), cross_k_t=k_t, cross_v=v)
+        kv = memory.new_zeros(capacity, 2, B * beams, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
+        layers = tuple(LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
                        for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
         mask = key_mask(src_mask)
         bias = memory.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (B, 1, 1, S)
-        return DecoderCache(layers=layers, cross_bias=bias, step=0)
+        return DecoderCache(layers=layers, cross_bias=bias, lengths=(0,) * B)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache.
@@ -200,9 +200,9 @@ class Transformer(nn.Module):
         """
         if cache.step == cache.capacity:
             cache = cache.grown()
-        t = cache.step
-        x = self.tgt_embed(tokens[:, None], start=t)  # (R, 1, d_model)
+        where = cache.positions()
+        x = self.tgt_embed.at(tokens, where)  # (R, 1, d_model)
         for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
-            x = layer.step(x, state, cache.cross_bias, t)
+            x = layer.step(x, state, cache.cross_bias, where)
         logits = self.logits(self.decoder_norm(x[:, 0]))
-        return logits, replace(cache, step=t + 1)
+        return logits, cache.advanced()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model.beam import Hypothesis, beam_search
+from model.beam import BeamLoop, Hypothesis, search_all
 from model.checkpoint import CheckpointMeta, load_checkpoint
 from model.config import DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
@@ -98,10 +99,11 @@ class Translator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def decoding_config(self, **options: Any) -> DecodingConfig:
-        """A DecodingConfig from keyword options, checked; unknown names are errors."""
+    def decoding_config(self, config: DecodingConfig | None = None, **options: Any) -> DecodingConfig:
+        """config (default: DecodingConfig()) with fields overridden by keyword options, checked; unknown names
+        are errors."""
         try:
-            return DecodingConfig(**options)
+            return dataclasses.replace(config or DecodingConfig(), **options)
         except TypeError as e:
             raise ConfigError(str(e)) from e
 
@@ -122,26 +124,47 @@ class Translator:
             out.append(ids)
         return out
 
-    def translate(self, texts: Sequence[str], beam_size: int = 4, n_best: int = 1, length_penalty: float = 0.6,
-                  max_len_a: float = 1.0, max_len_b: int = 50, return_attention: bool = False,
+    def translate(self, texts: Sequence[str], config: DecodingConfig | None = None, *, return_attention: bool = False,
                   truncate: bool = False, max_batch_size: int = 32, max_batch_tokens: int = 8192,
                   **options: Any) -> list[Translation]:
-        """Translate texts; further options (min_length, no_repeat_ngram_size, length_penalty_form,
-        early_stopping) are DecodingConfig fields. Returns one Translation per text, in order."""
-        cfg = self.decoding_config(beam_size=beam_size, n_best=n_best, length_penalty=length_penalty,
-                                   max_len_a=max_len_a, max_len_b=max_len_b, **options)
+        """Translate texts with config (default: DecodingConfig(), the paper's beam search), any of its fields
+        overridden by keyword options (beam_size=5, early_stopping=False, ...). One Translation per text, in order."""
+        cfg = self.decoding_config(config, **options)
         ids = self.encode(texts, truncate)
         results: list[Translation | None] = [None] * len(ids)
-        for batch in length_batches(ids, max_batch_size, max_batch_tokens):
-            hyps = self.search([ids[i] for i in batch], cfg)
-            for i, nbest in zip(batch, hyps, strict=True):
-                results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
+        for i, nbest in self.search_all(ids, cfg, max_batch_size, max_batch_tokens):
+            results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
         return [r for r in results if r is not None]
 
-    def search(self, batch: list[list[int]], cfg: DecodingConfig) -> list[list[Hypothesis]]:
-        """Beam search over one batch of source ids."""
-        src, src_mask = pad_batch(batch, self.tokenizer.special.pad, self.device)
-        return beam_search(self.model, src, src_mask, cfg, self.tokenizer.special)
+    def search_all(self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32,
+                   max_tokens: int = 8192) -> Iterator[tuple[int, list[Hypothesis]]]:
+        """(index, n-best) of every source, as each finishes: one continuous search, shortest sources first,
+        holding at most max_size sentences and max_tokens source tokens (padding counted), refilled as
+        sentences finish (once a quarter of the rows is free, so that joining costs little)."""
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))[::-1]  # popped from the end: shortest first
+        loop = self.loop(cfg.beam_size)
+        while order or loop:
+            free = max_size - len(loop)
+            if order and (not loop or free >= min(len(order), max(1, max_size // 4))):
+                take: list[int] = []
+                longest = loop.source_length
+                while order and len(loop) + len(take) < max_size:
+                    longest = max(longest, len(ids[order[-1]]))
+                    if (len(loop) or take) and (len(loop) + len(take) + 1) * longest > max_tokens:
+                        break
+                    take.append(order.pop())
+                loop.admit([ids[i] for i in take], [cfg] * len(take), take)
+            for sentence in loop.step():
+                yield int(str(sentence.tag)), sentence.n_best()
+
+    def loop(self, beam_size: int) -> BeamLoop:
+        """An empty continuous beam search that texts (source ids) join and leave at every step."""
+        return BeamLoop(self.model, self.tokenizer.special, beam_size)
+
+    def search(self, batch: list[list[int]], cfg: DecodingConfig,
+               stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+        """Beam search over one batch of source ids; stop as beam_search takes it."""
+        return search_all(self.model, batch, [cfg] * len(batch), self.tokenizer.special, stop)
 
     def result(self, src_ids: list[int], hyp: Hypothesis, return_attention: bool) -> Result:
         tokens = self.tokenizer.target_pieces(hyp.tokens)
@@ -163,28 +186,3 @@ class Translator:
             target_tokens=self.tokenizer.target_pieces([*out_ids, special.eos]),
             cross=stack(dec.cross), encoder=stack(enc), decoder=stack(dec.decoder),
         )
-
-
-def pad_batch(batch: list[list[int]], pad: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
-    """Right-pad id lists into (B, S) ids and a (B, S) bool mask, True on real tokens."""
-    S = max(len(ids) for ids in batch)
-    src = torch.full((len(batch), S), pad, dtype=torch.long)
-    for i, ids in enumerate(batch):
-        src[i, :len(ids)] = torch.tensor(ids)
-    mask = torch.arange(S)[None, :] < torch.tensor([len(ids) for ids in batch])[:, None]
-    return src.to(device), mask.to(device)
-
-
-def length_batches(ids: list[list[int]], max_size: int, max_tokens: int) -> Iterator[list[int]]:
-    """Indices of ids in batches of similar length, each at most max_size sentences and max_tokens
-    tokens counting padding."""
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batch: list[int] = []
-    for i in order:
-        longest = len(ids[i])  # sorted, so the newest is the longest
-        if batch and (len(batch) == max_size or (len(batch) + 1) * longest > max_tokens):
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch

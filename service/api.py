@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from dataclasses import replace
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Query, Response
 
-from service.errors import InvalidRequest, NotFound, TaskFailed
+from model.config import DecodingConfig
+from model.errors import ConfigError
+from service.batcher import with_fields
+from service.costs import attention_cells, check_cells, check_cost, check_selection, decode_cost
+from service.errors import InvalidRequest, NotFound, ResultTooLarge, TaskFailed, shown
 from service.registry import ModelInfo
 from service.schemas import (
     AttentionRequest,
@@ -23,12 +30,13 @@ from service.schemas import (
     TranslateResponse,
 )
 from service.settings import ServiceSettings
-from service.state import ApiKey, ReadyState, ServiceState
-from service.tasks import JobState, Options, Output, Task, TaskResult, TaskStatus
+from service.state import Owner, ReadyState, ServiceState
+from service.tasks import AttentionSelection, JobState, Output, Task, TaskResult, TaskStatus
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    c: {"model": ErrorResponse} for c in (401, 404, 413, 422, 429, 500, 503, 504)}
+    c: {"model": ErrorResponse} for c in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
 router = APIRouter(responses=ERRORS)
+JobId = Annotated[str, Path(max_length=64)]
 
 
 def check_texts(texts: list[str], field: str, limit: int, settings: ServiceSettings) -> None:
@@ -44,25 +52,32 @@ def check_texts(texts: list[str], field: str, limit: int, settings: ServiceSetti
                                                   f"{settings.max_chars}")
 
 
-def options_of(req: DecodeOptions, settings: ServiceSettings) -> Options:
+def options_of(req: DecodeOptions, settings: ServiceSettings) -> DecodingConfig:
     if req.beam_size > settings.max_beam_size:
         raise InvalidRequest("beam_size", f"{req.beam_size} is more than the limit of {settings.max_beam_size}")
     if req.n_best > req.beam_size:
         raise InvalidRequest("n_best", f"{req.n_best} is more than beam_size ({req.beam_size})")
-    a, b = (1.0, 50) if req.max_length is None else (0.0, req.max_length)  # the paper's |x| + 50, or a cap
-    return Options(beam_size=req.beam_size, n_best=req.n_best, length_penalty=req.length_penalty,
-                   length_penalty_form=req.length_penalty_form, min_length=req.min_length,
-                   no_repeat_ngram_size=req.no_repeat_ngram_size, max_len_a=a, max_len_b=b)
+    try:
+        return req.decoding()
+    except ConfigError as e:  # options that do not fit together
+        raise InvalidRequest("options", str(e)) from e
 
 
-async def run(state: ServiceState, task: Task, field: str) -> TaskResult:
-    """Validate against the model, queue, wait for the answer."""
-    state.registry.check(task, field)
+async def run(state: ServiceState, task: Task) -> TaskResult:
+    """Queue a checked task and wait for its answer."""
     await state.queue.submit(task)
     result = await state.queue.wait(task.id, state.settings.request_timeout_s)
     if result.error:
-        raise TaskFailed(result.error)
+        raise ResultTooLarge(result.error) if result.error_kind == "too_large" else TaskFailed(result.error)
     return result
+
+
+async def checked_lengths(state: ServiceState, task: Task, field: str, limit: int, setting: str) -> list[int]:
+    """Tokenize the task's texts (in a thread: the event loop keeps answering) and check its cost."""
+    lengths = await asyncio.to_thread(state.registry.lengths, task, field)
+    info = state.registry.get(task.model)
+    check_cost(decode_cost(lengths, task.options, info.max_len), limit, setting, field)
+    return lengths
 
 
 def output_text(o: Output) -> OutputText:
@@ -71,61 +86,74 @@ def output_text(o: Output) -> OutputText:
                       alternatives=[Hypothesis(text=h.text, score=h.score) for h in rest])
 
 
-async def texts_task(state: ServiceState, req: TextRequest, kind: str) -> tuple[ModelInfo, list[OutputText]]:
+async def texts_task(state: ServiceState, req: TextRequest, kind: str,
+                     owner: str | None) -> tuple[ModelInfo, list[OutputText]]:
     s = state.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", s.max_texts, s)
-    options = options_of(req, s)
     info = state.registry.resolve(kind, req.model, req.source, req.target)
-    result = await run(state, Task(info.id, texts, options, truncate=req.truncate), "q")
+    task = Task(info.id, texts, options_of(req, s), truncate=req.truncate, owner=owner,
+                deadline=time.time() + s.request_timeout_s)
+    await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+    result = await run(state, task)
     return info, [output_text(o) for o in result.outputs]
 
 
 @router.post("/translate", response_model=TranslateResponse, tags=["text"])
-async def translate(req: TextRequest, state: ReadyState, _: ApiKey) -> TranslateResponse:
+async def translate(req: TextRequest, state: ReadyState, owner: Owner) -> TranslateResponse:
     """Translate one text or a list; choose the model by `model`, or by `source` and `target`."""
-    info, outputs = await texts_task(state, req, "translation")
+    info, outputs = await texts_task(state, req, "translation", owner)
     best: str | list[str] = outputs[0].text if isinstance(req.q, str) else [o.text for o in outputs]
     return TranslateResponse(model=info.id, translatedText=best, translations=outputs)
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
-async def summarize(req: TextRequest, state: ReadyState, _: ApiKey) -> SummarizeResponse:
+async def summarize(req: TextRequest, state: ReadyState, owner: Owner) -> SummarizeResponse:
     """Summarize one document or a list."""
-    info, outputs = await texts_task(state, req, "summarization")
+    info, outputs = await texts_task(state, req, "summarization", owner)
     return SummarizeResponse(model=info.id, summaries=outputs)
 
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])
-async def attention(req: AttentionRequest, state: ReadyState, _: ApiKey) -> AttentionResponse:
-    """The best output for one text with every attention map: cross, encoder and decoder self-attention,
-    [layer][head][query][key], rounded to 3 decimals."""
+async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> Response:
+    """The best output for one text with its attention maps: cross, encoder and decoder self-attention,
+    [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
     s = state.settings
     check_texts([req.q], "q", 1, s)
     options = options_of(DecodeOptions(beam_size=req.beam_size, max_length=req.max_length), s)
     info = state.registry.get(req.model) if req.model else \
         state.registry.resolve("translation", None, req.source, req.target)
-    result = await run(state, Task(info.id, [req.q], options, attention=True, truncate=req.truncate), "q")
-    out = result.outputs[0]
-    maps = out.attention or {}
-    return AttentionResponse(model=info.id, text=out.hypotheses[0].text, score=out.hypotheses[0].score, **maps)
+    selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), None if req.layers is None else tuple(req.layers),
+                                   None if req.heads is None else tuple(req.heads))
+    check_selection(selection, info.meta.model)
+    task = Task(info.id, [req.q], options, attention=selection, truncate=req.truncate, owner=owner,
+                deadline=time.time() + s.request_timeout_s)
+    [length] = await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+    limit = options.output_limit(length, info.max_len)
+    check_cells(attention_cells(length, limit, selection, info.meta.model), s.max_attention_cells)
+    out = (await run(state, task)).outputs[0]
+    best = out.hypotheses[0]
+    assert out.attention is not None  # asked for, so the worker made it
+    body = with_fields({"model": info.id, "text": best.text, "score": best.score}, out.attention)
+    return Response(body, media_type="application/json")
 
 
-def job_response(job: JobState) -> JobResponse:
-    results = [output_text(o) for o in job.result.outputs] if job.result and not job.result.error else None
+def job_response(job: JobState, limit: int) -> JobResponse:
+    results = [output_text(o) for o in job.outputs] if job.outputs is not None else None
+    following = job.offset + limit
     return JobResponse(id=job.id, status=job.status, model=job.model, error=job.error, results=results,
-                       progress=JobProgress(done=job.done, total=job.total))
+                       progress=JobProgress(done=job.done, total=job.total), offset=job.offset,
+                       next_offset=following if results is not None and following < job.total else None)
 
 
 @router.post("/jobs", response_model=JobResponse, status_code=202, tags=["jobs"])
-async def submit_job(req: JobRequest, response: Response, state: ReadyState, _: ApiKey) -> JobResponse:
+async def submit_job(req: JobRequest, response: Response, state: ReadyState, owner: Owner) -> JobResponse:
     """Queue many texts; poll GET /jobs/{id} for progress and results (kept for TRANSFORMER_RESULT_TTL_S)."""
     s = state.settings
     check_texts(req.texts, "texts", s.max_job_texts, s)
-    options = options_of(req, s)
     info = state.registry.resolve(req.task, req.model, req.source, req.target)
-    task = Task(info.id, req.texts, options, kind="job", truncate=req.truncate)
-    state.registry.check(task, "texts")
+    task = Task(info.id, req.texts, options_of(req, s), kind="job", truncate=req.truncate, owner=owner)
+    await checked_lengths(state, task, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await state.queue.submit(task)
     response.headers["Location"] = f"/jobs/{task.id}"
     return JobResponse(id=task.id, status=TaskStatus.queued, model=info.id,
@@ -133,9 +161,25 @@ async def submit_job(req: JobRequest, response: Response, state: ReadyState, _: 
 
 
 @router.get("/jobs/{job_id}", response_model=JobResponse, tags=["jobs"])
-async def get_job(job_id: str, state: ReadyState, _: ApiKey) -> JobResponse:
-    """A job's status (queued, running, done, failed), progress and, once done, results."""
-    job = await state.queue.state(job_id)
+async def get_job(job_id: JobId, state: ReadyState, owner: Owner, offset: Annotated[int, Query(ge=0)] = 0,
+                  limit: Annotated[int | None, Query(ge=1)] = None) -> JobResponse:
+    """A job's status (queued, running, done, failed, cancelled), progress and, once done, a page of its
+    results: results[offset : offset + limit] (limit at most TRANSFORMER_MAX_JOB_PAGE, its default)."""
+    page = state.settings.max_job_page
+    if limit is not None and limit > page:
+        raise InvalidRequest("limit", f"{limit} is more than the limit of {page} results per page")
+    limit = limit or page
+    job = await state.queue.state(job_id, owner, offset, limit)
     if job is None:
-        raise NotFound(f"no job {job_id!r} (unknown, or its results expired)")
-    return job_response(job)
+        raise NotFound(f"no job {shown(job_id)} (unknown, not yours, or its results expired)")
+    return job_response(job, limit)
+
+
+@router.delete("/jobs/{job_id}", response_model=JobResponse, tags=["jobs"])
+async def cancel_job(job_id: JobId, state: ReadyState, owner: Owner) -> JobResponse:
+    """Cancel a queued or running job (its workers drop it), or delete a finished one's results. Answers the
+    job as it was; afterwards GET shows a cancelled job, or 404 for a deleted one."""
+    job = await state.queue.cancel(job_id, owner)
+    if job is None:
+        raise NotFound(f"no job {shown(job_id)} (unknown, not yours, or its results expired)")
+    return job_response(replace(job, outputs=None), 0)

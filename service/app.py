@@ -2,56 +2,21 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import api, ops
-from service.errors import error_body, install_error_handlers
+from service.errors import install_error_handlers
+from service.guard import Guard
 from service.settings import ServiceSettings
 from service.state import ServiceState
 
 STATIC = Path(__file__).parent / "static"
-
-
-class LimitAndMeasure:
-    """Refuses bodies over max_body_bytes (413) before they are read, and records every answer's route,
-    status and latency. Plain ASGI: it adds no task or stream per request, as Starlette's
-    BaseHTTPMiddleware does."""
-
-    def __init__(self, app: ASGIApp, state: ServiceState) -> None:
-        self.app = app
-        self.state = state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), 500
-        limit = self.state.settings.max_body_bytes
-        length = dict(scope["headers"]).get(b"content-length")
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            if length is not None and (not length.isdigit() or int(length) > limit):
-                too_large = JSONResponse(error_body("payload_too_large", f"request body over {limit} bytes"), 413)
-                await too_large(scope, receive, send_status)
-            else:
-                await self.app(scope, receive, send_status)
-        finally:
-            path = getattr(scope.get("route"), "path", "other")
-            self.state.metrics.observe(path, status, time.perf_counter() - start)
 
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
@@ -74,7 +39,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(api.router)
 
-    app.add_middleware(LimitAndMeasure, state=state)
+    app.add_middleware(Guard, state=state)
 
     if (STATIC / "index.html").is_file():  # the browser demo
         @app.get("/", include_in_schema=False)

@@ -1,18 +1,19 @@
-"""Dynamic batching: texts of many tasks, grouped by model and options, cut into length-sorted batches
-under a token budget (padding counted), each decoded by one call of the batched beam search."""
+"""Continuous batching: the texts of many tasks wait in a pool and take rows of a running beam search
+(model.beam.BeamLoop) as rows free up, requests before job texts; each finished text becomes an Output."""
 
 from __future__ import annotations
 
 import itertools
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
+from torch import Tensor
 
+from model.beam import Hypothesis
 from model.translator import AttentionMaps, Translator
-from service.tasks import Hyp, Options, Output, Task
-
-GroupKey = tuple[str, Options, bool]  # model, options, attention
+from service.tasks import AttentionSelection, Hyp, Output, Task
 
 
 @dataclass
@@ -25,8 +26,9 @@ class Item:
     seq: int  # arrival order
 
     @property
-    def key(self) -> GroupKey:
-        return (self.task.model, self.task.options, self.task.attention)
+    def tag(self) -> tuple[str, int]:
+        """Its name in a BeamLoop."""
+        return (self.task.id, self.index)
 
     @property
     def interactive(self) -> bool:
@@ -39,6 +41,7 @@ class Pending:
 
     task: Task
     outputs: list[Output | None]
+    reported: float = 0.0  # when its progress was last reported (jobs)
 
     @property
     def done(self) -> int:
@@ -47,50 +50,27 @@ class Pending:
 
 @dataclass
 class Pool:
-    """Tasks in flight on one worker and their texts still to decode."""
+    """Tasks in flight on one worker, and their texts waiting for a row."""
 
     tasks: dict[str, Pending] = field(default_factory=dict)
-    items: list[Item] = field(default_factory=list)
+    waiting: list[Item] = field(default_factory=list)
     counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def add(self, task: Task, ids: list[list[int]]) -> None:
         self.tasks[task.id] = Pending(task, [None] * len(ids))
-        self.items += [Item(task, i, x, next(self.counter)) for i, x in enumerate(ids)]
+        self.waiting += [Item(task, i, x, next(self.counter)) for i, x in enumerate(ids)]
 
-    @property
-    def sentences(self) -> int:
-        return len(self.items)
-
-    def tokens(self) -> int:
-        """Source tokens waiting, as one padded batch would count them."""
-        return len(self.items) * max((len(i.ids) for i in self.items), default=0)
-
-    def next_batch(self, max_tokens: int, max_size: int) -> list[Item]:
-        """The batch holding the oldest waiting text (requests before jobs), filled with texts of the same
-        model and options that are nearest to it in length, within the budgets. Removes it from the pool."""
-        oldest = min(self.items, key=lambda i: (not i.interactive, i.seq))
-        group = sorted((i for i in self.items if i.key == oldest.key), key=lambda i: (len(i.ids), i.seq))
-        lo = hi = group.index(oldest)
-        hi += 1
-        while hi - lo < max_size:
-            # grow towards the neighbour closer in length; a padded batch costs size x longest
-            right = group[hi] if hi < len(group) else None
-            left = group[lo - 1] if lo > 0 else None
-            if right is not None and (left is None or len(right.ids) - len(group[hi - 1].ids)
-                                      <= len(group[lo].ids) - len(left.ids)):
-                if (hi - lo + 1) * len(right.ids) > max_tokens:
-                    break
-                hi += 1
-            elif left is not None:
-                if (hi - lo + 1) * len(group[hi - 1].ids) > max_tokens:
-                    break
-                lo -= 1
-            else:
+    def take(self, fits: Callable[[Item], bool]) -> list[Item]:
+        """Waiting texts in admission order (requests first, then by arrival) for as long as each fits; the
+        taken ones leave the waiting list. A text that does not fit stops the taking: nothing overtakes it."""
+        self.waiting.sort(key=lambda i: (not i.interactive, i.seq))
+        taken: list[Item] = []
+        for item in self.waiting:
+            if not fits(item):
                 break
-        batch = group[lo:hi]
-        chosen = {id(i) for i in batch}
-        self.items = [i for i in self.items if id(i) not in chosen]
-        return batch
+            taken.append(item)
+        self.waiting = self.waiting[len(taken):]
+        return taken
 
     def deliver(self, item: Item, output: Output) -> None:
         self.tasks[item.task.id].outputs[item.index] = output
@@ -104,28 +84,43 @@ class Pool:
 
     def drop(self, task_id: str) -> None:
         self.tasks.pop(task_id, None)
-        self.items = [i for i in self.items if i.task.id != task_id]
+        self.waiting = [i for i in self.waiting if i.task.id != task_id]
 
 
-def attention_json(maps: AttentionMaps, decimals: int = 3) -> dict[str, Any]:
-    """Compact JSON for a browser: tokens and [layer][head][query][key] weights, rounded."""
-    def rows(t: torch.Tensor | None) -> list[Any] | None:
-        return None if t is None else torch.round(t.float(), decimals=decimals).tolist()
-    return {"source_tokens": maps.source_tokens, "target_tokens": maps.target_tokens,
-            "cross": rows(maps.cross), "encoder": rows(maps.encoder), "decoder": rows(maps.decoder)}
+def weights_json(t: Tensor | None, selection: AttentionSelection, decimals: int = 3) -> str:
+    """(layers, h, queries, keys) weights as JSON [layer][head][query][key], of the selected layers and heads,
+    rounded: the rounding is done in float64, so that 0.158 prints as 0.158. One matrix is encoded at a
+    time, so that a thread serving HTTP in the same process gets the interpreter in between."""
+    if t is None:
+        return "null"
+    layers = range(t.size(0)) if selection.layers is None else selection.layers
+    heads = range(t.size(1)) if selection.heads is None else selection.heads
+    rounded = torch.round(t.double(), decimals=decimals)
+    return "[" + ",".join("[" + ",".join(json.dumps(rounded[layer, head].tolist(), separators=(",", ":"))
+                                         for head in heads) + "]" for layer in layers) + "]"
 
 
-def decode_batch(translator: Translator, batch: list[Item]) -> tuple[list[Output], int]:
-    """One batched beam search over items that share model and options; returns outputs and target tokens."""
-    task = batch[0].task
-    cfg = task.options.decoding()
-    nbests = translator.search([i.ids for i in batch], cfg)
-    outputs, tokens = [], 0
-    for item, nbest in zip(batch, nbests, strict=True):
-        results = [translator.result(item.ids, h, return_attention=task.attention and j == 0)
-                   for j, h in enumerate(nbest)]  # attention for the best hypothesis only
-        best = results[0].attention
-        outputs.append(Output([Hyp(r.text, r.score, r.tokens) for r in results],
-                              attention_json(best) if best is not None else None))
-        tokens += len(nbest[0].tokens) + 1  # the best hypothesis and its EOS
-    return outputs, tokens
+def attention_json(maps: AttentionMaps, selection: AttentionSelection, decimals: int = 3) -> str:
+    """Compact JSON for a browser: tokens and the selected [layer][head][query][key] weights, rounded."""
+    stacks = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}
+    tokens = json.dumps({"source_tokens": maps.source_tokens, "target_tokens": maps.target_tokens},
+                        ensure_ascii=False)
+    weights = ",".join(f'"{kind}":' + weights_json(stacks[kind] if kind in selection.kinds else None, selection,
+                                                   decimals) for kind in stacks)
+    return tokens[:-1] + "," + weights + "}"
+
+
+def with_fields(fields: dict[str, object], obj: str) -> str:
+    """The JSON object text obj with fields added in front, without parsing obj."""
+    head = json.dumps(fields, ensure_ascii=False)
+    return head[:-1] + ("," + obj[1:] if obj != "{}" else "}")
+
+
+def output_of(translator: Translator, item: Item, nbest: list[Hypothesis]) -> Output:
+    """A finished text's n-best list as an Output, with the best hypothesis' attention when its task asks."""
+    task = item.task
+    results = [translator.result(item.ids, h, return_attention=task.attention is not None and j == 0)
+               for j, h in enumerate(nbest)]
+    best = results[0].attention
+    attention = attention_json(best, task.attention) if best is not None and task.attention else None
+    return Output([Hyp(r.text, r.score, r.tokens) for r in results], attention)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import signal
 import sys
@@ -95,9 +94,11 @@ def run_worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    source = RedisWorkSource(s)
-    log.info("worker %s serving %s from %s", s.worker_name, ", ".join(registry.ids), s.redis_url)
-    Worker(source, translators, s, maintain_every_s=min(5.0, s.claim_idle_ms / 3000)).run(stop)
+    beat = min(5.0, s.claim_idle_ms / 3000)  # three heartbeats within the time after which tasks are reclaimed
+    source = RedisWorkSource(s, beat_every_s=beat)
+    source.start()
+    log.info("worker %s serving %s", s.worker_name, ", ".join(registry.ids))  # never the URL: it may hold a password
+    Worker(source, translators, s, maintain_every_s=beat).run(stop)
     with contextlib.suppress(Exception):  # Redis may be gone at shutdown; nothing to clean then
         source.close()
     log.info("worker %s stopped", s.worker_name)
@@ -105,23 +106,24 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def run_attention(args: argparse.Namespace) -> int:
+    from model.config import DecodingConfig
     from model.translator import Translator
-    from service.batcher import attention_json
+    from service.batcher import attention_json, with_fields
     from service.heatmap import select, write_png
+    from service.tasks import AttentionSelection
 
     translator = Translator.load(args.model, device=args.device)
-    a, b = (1.0, 50) if args.max_length is None else (0.0, args.max_length)  # as POST /attention
-    best = translator.translate([args.text], beam_size=args.beam_size, max_len_a=a, max_len_b=b,
-                                return_attention=True, truncate=args.truncate)[0]
+    cfg = DecodingConfig(beam_size=args.beam_size).with_max_length(args.max_length)  # as POST /attention
+    best = translator.translate([args.text], cfg, return_attention=True, truncate=args.truncate)[0]
     assert best.attention is not None
     heatmap = select(best.attention, args.kind, args.layer, args.head)
     print(best.text, flush=True)
     print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
     if args.json:
-        body = {"model": Path(args.model).resolve().name, "text": best.text, "score": best.score,
-                **attention_json(best.attention)}
+        body = with_fields({"model": Path(args.model).resolve().name, "text": best.text, "score": best.score},
+                           attention_json(best.attention, AttentionSelection()))
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(body, ensure_ascii=False))
+        out.write_text(body)
         print(f"wrote {out}", file=sys.stderr)
     return 0

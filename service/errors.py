@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.schemas import UNION_TAGS
+
 log = logging.getLogger("service")
 
 
@@ -25,6 +27,16 @@ class ServiceError(Exception):
         self.message = message
         self.details = details
         self.headers = headers or {}
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A client's value as an error message may echo it: quoted, escaped (repr), and cut to limit characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+class BadRequest(ServiceError):
+    status, code = 400, "bad_request"
 
 
 class InvalidRequest(ServiceError):
@@ -57,6 +69,15 @@ class PayloadTooLarge(ServiceError):
     status, code = 413, "payload_too_large"
 
 
+class TooCostly(ServiceError):
+    """A request over one of the cost limits (TRANSFORMER_MAX_REQUEST_COST and the like)."""
+
+    status, code = 413, "too_costly"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}", details=[{"field": field, "message": message}])
+
+
 class TooManyRequests(ServiceError):
     status, code = 429, "too_many_requests"
 
@@ -85,13 +106,34 @@ class TaskFailed(ServiceError):
     status, code = 500, "task_failed"
 
 
+class ResultTooLarge(ServiceError):
+    """The answer would be more than the queue carries (TRANSFORMER_MAX_RESULT_BYTES)."""
+
+    status, code = 413, "result_too_large"
+
+
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details}}
 
 
+def error_response(e: ServiceError) -> JSONResponse:
+    return JSONResponse(error_body(e.code, e.message, e.details), e.status, headers=e.headers)
+
+
+MAX_ERRORS = 10  # validation errors listed in one answer; the rest are counted
+
+
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p != "body"]
-    return ".".join(parts) if parts else "body"
+    """A validation error's location, without union labels; a client's own key (an unknown field) escaped."""
+    parts = [p if isinstance(p, str) and p.isidentifier() and len(p) <= 40 else
+             str(p) if isinstance(p, int) else shown(p, 40) for p in loc if p != "body" and p not in UNION_TAGS]
+    return ".".join(str(p) for p in parts) if parts else "body"
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "string_unicode":
+        return "invalid Unicode (a lone surrogate, such as \\ud800); send UTF-8 text"
+    return str(error["msg"])
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -99,17 +141,21 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def service_error(_: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse(error_body(e.code, e.message, e.details), e.status, headers=e.headers)
+        return error_response(e)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, e: RequestValidationError) -> JSONResponse:
-        details = [{"field": _field(err["loc"]), "message": err["msg"]} for err in e.errors()]
-        bad_json = [err for err in e.errors() if err["type"] == "json_invalid"]
+        errors = e.errors()
+        bad_json = [err for err in errors if err["type"] == "json_invalid"]
         if bad_json:
-            reason = bad_json[0].get("ctx", {}).get("error", "JSON decode error")
+            reason = str(bad_json[0].get("ctx", {}).get("error", "JSON decode error"))
             return JSONResponse(error_body("malformed_json", f"the request body is not valid JSON: {reason}",
                                            [{"field": "body", "message": reason}]), 422)
+        # Only the messages go back, never the input values (they may be huge); at most MAX_ERRORS of them.
+        details = [{"field": _field(err["loc"]), "message": _message(err)} for err in errors[:MAX_ERRORS]]
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+        if len(errors) > MAX_ERRORS:
+            message += f"; and {len(errors) - MAX_ERRORS} more errors"
         return JSONResponse(error_body("invalid_request", message, details), 422)
 
     @app.exception_handler(StarletteHTTPException)

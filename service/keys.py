@@ -30,24 +30,24 @@ class Keys:
         return f"{self.prefix}:stats"
 
     def job(self, task_id: str) -> str:
-        """Hash: status, done, total, error, model, worker."""
+        """Hash: kind, status, done, total, error, model, owner, worker, deliveries."""
         return f"{self.prefix}:job:{task_id}"
 
-    def result(self, task_id: str) -> str:
-        """String: the result JSON."""
-        return f"{self.prefix}:result:{task_id}"
+    def results(self, task_id: str) -> str:
+        """List: one Output JSON per text, in order (pages of a job are LRANGEs of it)."""
+        return f"{self.prefix}:results:{task_id}"
 
     def done(self, task_id: str) -> str:
         """List a waiting API process BLPOPs; one element is pushed when the task ends."""
         return f"{self.prefix}:done:{task_id}"
 
     def worker(self, name: str) -> str:
-        """A worker's heartbeat (expires when the worker stops beating)."""
+        """A worker's heartbeat, JSON {"tasks", "texts"} in flight (expires when the worker stops beating)."""
         return f"{self.prefix}:worker:{name}"
 
     def workers_pattern(self) -> str:
         return f"{self.prefix}:worker:*"
 
-    def rate(self, api_key: str, window: int) -> str:
-        """Request counter of one API key in one minute window."""
-        return f"{self.prefix}:rate:{api_key}:{window}"
+    def bucket(self, name: str) -> str:
+        """Hash: a token bucket (tokens, ms), named key:OWNER (rate limit) or auth:ADDRESS (failed keys)."""
+        return f"{self.prefix}:bucket:{name}"

@@ -46,25 +46,33 @@ class RequestMetrics:
         return out
 
 
-def render_queue(depth: int, stats: dict[str, float], ready: bool) -> list[str]:
-    """Gauges and the workers' counters (shared through Redis in Redis mode)."""
+def render_queue(stats: dict[str, float], ready: bool) -> list[str]:
+    """Gauges and the workers' counters (shared through Redis in Redis mode); -1 when the queue is down."""
     g = stats.get
     seconds = g("decode_seconds_total", 0.0)
     rate = g("generated_tokens_total", 0.0) / seconds if seconds else 0.0
     out = [
         "# HELP transformer_ready 1 once the models are loaded.", "# TYPE transformer_ready gauge",
         f"transformer_ready {int(ready)}",
-        "# HELP transformer_queue_depth Tasks queued or in flight.", "# TYPE transformer_queue_depth gauge",
-        f"transformer_queue_depth {depth}",
-        "# HELP transformer_batches_total Batches decoded.", "# TYPE transformer_batches_total counter",
+        "# HELP transformer_queue_depth Tasks waiting for a worker.", "# TYPE transformer_queue_depth gauge",
+        f"transformer_queue_depth {g('queued', -1):g}",
+        "# HELP transformer_in_flight_tasks Tasks (requests and jobs) workers are decoding.",
+        "# TYPE transformer_in_flight_tasks gauge", f"transformer_in_flight_tasks {g('in_flight_tasks', -1):g}",
+        "# HELP transformer_in_flight_texts Texts of those tasks still to decode.",
+        "# TYPE transformer_in_flight_texts gauge", f"transformer_in_flight_texts {g('in_flight_texts', -1):g}",
+        "# HELP transformer_batches_total Decoding steps (each adds one token to every text in its loop).",
+        "# TYPE transformer_batches_total counter",
         f"transformer_batches_total {g('batches_total', 0.0):g}",
-        "# HELP transformer_batch_size Sentences per decoded batch.", "# TYPE transformer_batch_size histogram",
+        "# HELP transformer_batch_size Texts per decoding step.", "# TYPE transformer_batch_size histogram",
     ]
     out += [f'transformer_batch_size_bucket{{le="{b}"}} {g(f"batch_size_le_{b}", 0.0):g}' for b in BATCH_BUCKETS]
     out += [f'transformer_batch_size_bucket{{le="+Inf"}} {g("batches_total", 0.0):g}',
             f"transformer_batch_size_sum {g('batch_sentences_total', 0.0):g}",
             f"transformer_batch_size_count {g('batches_total', 0.0):g}",
-            "# HELP transformer_generated_tokens_total Target tokens decoded.",
+            "# HELP transformer_texts_decoded_total Texts whose search ended.",
+            "# TYPE transformer_texts_decoded_total counter",
+            f"transformer_texts_decoded_total {g('texts_decoded_total', 0.0):g}",
+            "# HELP transformer_generated_tokens_total Target tokens decoded (every beam search step of a text).",
             "# TYPE transformer_generated_tokens_total counter",
             f"transformer_generated_tokens_total {g('generated_tokens_total', 0.0):g}",
             "# HELP transformer_decode_seconds_total Time spent in beam search.",

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from service.errors import ServiceError, Unavailable
 from service.metrics import render_queue
 from service.schemas import ModelEntry, ModelsResponse
-from service.state import ApiKey, ReadyState, State
+from service.state import Owner, ReadyState, State
 
 router = APIRouter(tags=["operations"])
 
@@ -37,15 +37,15 @@ async def readyz(state: State) -> JSONResponse:
 async def metrics(state: State) -> PlainTextResponse:
     """Prometheus text format: queue depth, batch sizes, latency, tokens/s."""
     try:
-        depth, stats = await state.queue.depth(), await state.queue.stats()
+        stats = await state.queue.stats()
     except Unavailable:
-        depth, stats = -1, {}
-    lines = render_queue(depth, stats, state.ready.is_set()) + state.metrics.render()
+        stats = {}
+    lines = render_queue(stats, state.ready.is_set()) + state.metrics.render()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 @router.get("/models", response_model=ModelsResponse)
-async def models(state: ReadyState, _: ApiKey) -> ModelsResponse:
+async def models(state: ReadyState, _: Owner) -> ModelsResponse:
     """Every model loaded: id, task, languages."""
     entries = [ModelEntry(id=m.id, task=m.task, source=m.meta.source_lang, target=m.meta.target_lang,
                           max_length=m.max_len,

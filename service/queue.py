@@ -1,187 +1,98 @@
-"""The API's side of the task queue, and the embedded (in-process) queue that serves one process alone."""
+"""The queue contract: what the API needs of a queue (TaskQueue), what a worker needs of one (WorkSource),
+and the error a worker waits out. Two implementations: service.memory_queue (one process) and
+service.redis_queue (Redis Streams, any number of API processes and workers)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from service.errors import QueueFull, RequestTimeout
-from service.settings import ServiceSettings
-from service.tasks import JobState, Task, TaskResult, TaskStatus
+from service.tasks import JobState, Task, TaskResult
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def batch_stats(sentences: int, tokens: int, seconds: float) -> dict[str, float]:
-    """Counter increments for one decoded batch (Prometheus-style cumulative buckets)."""
-    out = {"batches_total": 1.0, "batch_sentences_total": float(sentences),
-           "generated_tokens_total": float(tokens), "decode_seconds_total": seconds}
+class SourceUnavailable(Exception):
+    """The queue cannot be reached (Redis down); the worker waits and tries again."""
+
+
+class TaskQueue(Protocol):
+    """The API's side; errors are ServiceErrors (QueueFull, Unavailable, RequestTimeout)."""
+
+    async def submit(self, task: Task) -> None: ...
+
+    async def wait(self, task_id: str, timeout: float) -> TaskResult:
+        """The answer to a request; the request is forgotten once answered, or cancelled after timeout."""
+
+    async def state(self, task_id: str, owner: str | None, offset: int = 0, limit: int = 0) -> JobState | None:
+        """A job's state with outputs[offset:offset + limit] once done; None if unknown or not owner's."""
+
+    async def cancel(self, task_id: str, owner: str | None) -> JobState | None:
+        """Cancel a queued or running job, or forget a finished one; its state before, or None."""
+
+    async def ping(self) -> None: ...
+
+    async def stats(self) -> dict[str, float]:
+        """The workers' counters (batch_stats) and gauges: queued, in_flight_tasks, in_flight_texts."""
+
+    async def throttle(self, name: str, per_minute: int, take: bool) -> float:
+        """Token bucket `name` holding up to per_minute tokens, refilled at per_minute a minute: with take,
+        take one. Returns 0.0 when a token was there, else the seconds until one will be."""
+
+    async def close(self) -> None: ...
+
+
+class WorkSource(Protocol):
+    """A worker's side: where it gets tasks and leaves answers."""
+
+    def read(self, count: int, block_s: float) -> list[Task]:
+        """Up to count new tasks, waiting at most block_s for the first."""
+
+    def maintain(self) -> list[Task]:
+        """Tasks reclaimed from dead workers."""
+
+    def unwanted(self, task_ids: list[str]) -> set[str]:
+        """Those of these tasks in flight that nobody wants any more (cancelled jobs, abandoned requests)."""
+
+    def started(self, task: Task) -> None: ...
+
+    def progress(self, task: Task, done: int) -> None: ...
+
+    def finish(self, task: Task, result: TaskResult) -> None: ...
+
+    def drop(self, task: Task) -> None:
+        """Let go of an unwanted task without answering it."""
+
+    def busy(self, tasks: int, texts: int) -> None:
+        """What the worker has in flight, for /metrics."""
+
+    def record_batch(self, sentences: int, finished: int, seconds: float) -> None:
+        """One decoding step of `sentences` texts, `finished` of which ended."""
+
+
+def batch_stats(sentences: int, finished: int, seconds: float) -> dict[str, float]:
+    """Counter increments for one decoding step of `sentences` texts (one token each), `finished` of which
+    ended (Prometheus-style cumulative buckets of texts per step)."""
+    out = {"batches_total": 1.0, "batch_sentences_total": float(sentences), "generated_tokens_total": float(sentences),
+           "texts_decoded_total": float(finished), "decode_seconds_total": seconds}
     for b in BATCH_BUCKETS:
         if sentences <= b:
             out[f"batch_size_le_{b}"] = 1.0
     return out
 
 
-class TaskQueue(Protocol):
-    """What the API needs of a queue; errors are ServiceErrors (QueueFull, Unavailable, RequestTimeout)."""
+@dataclass(frozen=True)
+class Bucket:
+    """A token bucket's state: tokens left at time `at` (seconds)."""
 
-    async def submit(self, task: Task) -> None: ...
+    tokens: float
+    at: float
 
-    async def wait(self, task_id: str, timeout: float) -> TaskResult: ...
-
-    async def state(self, task_id: str) -> JobState | None: ...
-
-    async def depth(self) -> int: ...
-
-    async def ping(self) -> None: ...
-
-    async def stats(self) -> dict[str, float]: ...
-
-    async def hit(self, key: str) -> int:
-        """Count one request of an API key in the current minute; returns the count so far."""
-
-    async def close(self) -> None: ...
-
-
-@dataclass
-class _Entry:
-    task: Task
-    status: TaskStatus = TaskStatus.queued
-    done: int = 0
-    result: TaskResult | None = None
-    expires: float = 0.0
-    events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
-
-
-class MemoryQueue:
-    """The embedded queue: the API (async) and a worker thread (sync) share it within one process."""
-
-    def __init__(self, settings: ServiceSettings) -> None:
-        self.settings = settings
-        self.lock = threading.Lock()
-        self.ready = threading.Condition(self.lock)
-        self.queued: deque[Task] = deque()
-        self.entries: dict[str, _Entry] = {}
-        self.active = 0  # tasks queued or running
-        self.ended: deque[tuple[float, str]] = deque()  # (expiry, task id) of ended tasks, oldest first
-        self.counters: dict[str, float] = {}
-        self.hits: dict[tuple[str, int], int] = {}
-
-    # -- the API's side --------------------------------------------------------------------------
-
-    async def submit(self, task: Task) -> None:
-        with self.ready:
-            self._expire()
-            if self.active >= self.settings.max_queue:
-                raise QueueFull(f"the queue is full ({self.settings.max_queue} tasks); try again shortly", 1)
-            self.entries[task.id] = _Entry(task)
-            self.active += 1
-            self.queued.append(task)
-            self.ready.notify()
-
-    async def wait(self, task_id: str, timeout: float) -> TaskResult:
-        event = asyncio.Event()
-        with self.lock:
-            entry = self.entries[task_id]
-            if entry.result is not None:
-                return entry.result
-            entry.events.append((asyncio.get_running_loop(), event))
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            with self.lock:
-                if entry.result is None:
-                    self._end(entry, TaskStatus.cancelled)
-                    raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded") from None
-        assert entry.result is not None
-        return entry.result
-
-    async def state(self, task_id: str) -> JobState | None:
-        with self.lock:
-            self._expire()
-            e = self.entries.get(task_id)
-            if e is None:
-                return None
-            error = e.result.error if e.result else None
-            return JobState(task_id, e.status, e.done, len(e.task.texts), e.task.model, error, e.result)
-
-    async def depth(self) -> int:
-        with self.lock:
-            return self.active
-
-    async def ping(self) -> None:
-        return None
-
-    async def stats(self) -> dict[str, float]:
-        with self.lock:
-            return dict(self.counters)
-
-    async def hit(self, key: str) -> int:
-        window = int(time.time() // 60)
-        with self.lock:
-            self.hits = {k: v for k, v in self.hits.items() if k[1] == window}
-            self.hits[(key, window)] = self.hits.get((key, window), 0) + 1
-            return self.hits[(key, window)]
-
-    async def close(self) -> None:
-        return None
-
-    def _end(self, entry: _Entry, status: TaskStatus) -> None:
-        """Move a task to an ended status; it is kept for result_ttl_s from now."""
-        if entry.status in (TaskStatus.queued, TaskStatus.running):
-            self.active -= 1
-        entry.status = status
-        entry.expires = time.time() + self.settings.result_ttl_s
-        self.ended.append((entry.expires, entry.task.id))
-
-    def _expire(self) -> None:
-        """Forget ended tasks past their expiry (the oldest first: only those are looked at)."""
-        now = time.time()
-        while self.ended and self.ended[0][0] < now:
-            _, task_id = self.ended.popleft()
-            e = self.entries.get(task_id)
-            if e is not None and e.expires < now:
-                del self.entries[task_id]
-
-    # -- the worker's side (WorkSource) ----------------------------------------------------------
-
-    def read(self, count: int, block_s: float) -> list[Task]:
-        with self.ready:
-            if not self.queued and block_s > 0:
-                self.ready.wait(block_s)
-            out: list[Task] = []
-            while self.queued and len(out) < count:
-                task = self.queued.popleft()
-                if self.entries[task.id].status is TaskStatus.queued:  # timed-out requests are skipped
-                    out.append(task)
-            return out
-
-    def maintain(self, in_flight: list[str]) -> list[Task]:
-        return []  # one process: nothing to reclaim
-
-    def started(self, task: Task) -> None:
-        with self.lock:
-            if self.entries[task.id].status is TaskStatus.queued:
-                self.entries[task.id].status = TaskStatus.running
-
-    def progress(self, task: Task, done: int) -> None:
-        with self.lock:
-            self.entries[task.id].done = done
-
-    def finish(self, task: Task, result: TaskResult) -> None:
-        with self.lock:
-            entry = self.entries[task.id]
-            entry.result = result
-            entry.done = len(result.outputs)
-            self._end(entry, TaskStatus.failed if result.error else TaskStatus.done)
-            for loop, event in entry.events:
-                loop.call_soon_threadsafe(event.set)
-
-    def record_batch(self, sentences: int, tokens: int, seconds: float) -> None:
-        with self.lock:
-            for k, v in batch_stats(sentences, tokens, seconds).items():
-                self.counters[k] = self.counters.get(k, 0.0) + v
+    @staticmethod
+    def take(bucket: Bucket | None, per_minute: int, now: float, take: bool) -> tuple[Bucket, float]:
+        """The bucket after trying to take a token at `now`, and the seconds to wait (0.0: there was one)."""
+        rate = per_minute / 60.0
+        tokens = float(per_minute) if bucket is None else min(per_minute, bucket.tokens + (now - bucket.at) * rate)
+        if tokens >= 1.0:
+            return Bucket(tokens - 1.0 if take else tokens, now), 0.0
+        return Bucket(tokens, now), (1.0 - tokens) / rate

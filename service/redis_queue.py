@@ -1,10 +1,17 @@
 """The task queue on Redis Streams, at least once: the API adds tasks, any number of workers read them
-through a consumer group, answer, acknowledge; tasks of dead workers are reclaimed (XAUTOCLAIM)."""
+through a consumer group, answer, acknowledge; tasks of dead workers are reclaimed (XAUTOCLAIM).
+
+A task's job hash counts its deliveries, however they happen (a first read, a worker's replay of its own
+entries after an outage, a reclaim), and one delivered more than max_deliveries times fails and goes to the
+dead-letter stream. A request's keys are deleted once the API has read its answer; a job's are kept for
+result_ttl_s, its outputs in a list that GET /jobs/{id} reads a page at a time."""
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
@@ -12,65 +19,81 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.retry
+import redis.retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service import redis_scripts
 from service.errors import QueueFull, RequestTimeout, Unavailable
 from service.keys import Keys
-from service.queue import batch_stats
+from service.queue import SourceUnavailable, batch_stats
 from service.settings import ServiceSettings
-from service.tasks import JobState, Task, TaskResult, TaskStatus
-from service.worker import SourceUnavailable
+from service.tasks import ErrorKind, JobState, Output, Task, TaskResult, TaskStatus
 
 log = logging.getLogger("service")
 DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 T = TypeVar("T")
+GONE = "the queue (Redis) is unreachable"
+ACTIVE = (TaskStatus.queued.value, TaskStatus.running.value)
 
 
 def _text(v: bytes | str | None) -> str | None:
     return v.decode() if isinstance(v, bytes) else v
 
 
+def request_ttl(settings: ServiceSettings) -> int:
+    """How long a request's keys live if its API process died before reading the answer."""
+    return math.ceil(settings.request_timeout_s) + 60
+
+
 class RedisQueue:
-    """The API's side (asyncio). Redis errors become 503 Unavailable; the client reconnects by itself."""
+    """The API's side (asyncio). Redis errors become 503 Unavailable; a stale pooled connection (Redis
+    restarted) is retried once on a new one, so the first request after a restart is answered."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         assert settings.redis_url is not None
         self.s = settings
         self.keys = Keys(settings.queue_prefix)
         self.r = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=2,
-                                         health_check_interval=5)
+                                         health_check_interval=5,
+                                         retry=redis.asyncio.retry.Retry(NoBackoff(), 1))
+        self.throttle_script = self.r.register_script(redis_scripts.THROTTLE)
 
     async def _call(self, aw: Awaitable[T]) -> T:
         try:
             return await aw
         except DOWN as e:
-            raise Unavailable(f"the queue (Redis) is unreachable: {e}", retry_after=2) from e
+            log.warning("%s: %s", GONE, e)  # the address stays in the log, never in an answer
+            raise Unavailable(GONE, retry_after=2) from e
 
     async def submit(self, task: Task) -> None:
         k = self.keys
-        depth = await self.depth()
+        depth = int(await self._call(self.r.xlen(k.stream)))
         if depth >= self.s.max_queue:
             raise QueueFull(f"the queue is full ({depth} tasks); try again shortly", 1)
+        ttl = self.s.result_ttl_s if task.kind == "job" else request_ttl(self.s)
 
         async def add() -> None:
             async with self.r.pipeline(transaction=True) as p:
-                p.hset(k.job(task.id), mapping={"status": TaskStatus.queued.value, "done": 0,
-                                                "total": len(task.texts), "model": task.model})
-                p.expire(k.job(task.id), self.s.result_ttl_s)
+                p.hset(k.job(task.id), mapping={"kind": task.kind, "status": TaskStatus.queued.value, "done": 0,
+                                                "total": len(task.texts), "model": task.model,
+                                                "owner": task.owner or ""})
+                p.expire(k.job(task.id), ttl)
                 p.xadd(k.stream, {"task": task.to_json()})
                 await p.execute()
         await self._call(add())
 
     async def wait(self, task_id: str, timeout: float) -> TaskResult:
-        """Block until the task's result exists; 504 after timeout, 503 when Redis is down or lost the task."""
+        """Block until the task is answered; 504 after timeout, 503 when Redis is down or lost the task."""
         k, deadline = self.keys, time.monotonic() + timeout
         while True:
-            raw, exists = await self._call(self._result(task_id))
-            if raw is not None:
-                return TaskResult.from_json(raw)
-            if not exists:
+            status, error, kind = await self._call(self.r.hmget(k.job(task_id), "status", "error", "error_kind"))
+            if status in (b"done", b"failed"):
+                break
+            if status is None:
                 raise Unavailable("the queue lost this request (Redis restarted); send it again", retry_after=1)
             left = deadline - time.monotonic()
             if left <= 0:
@@ -78,71 +101,109 @@ class RedisQueue:
                 raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
             await self._call(self.r.blpop([k.done(task_id)], timeout=min(left, 2.0)))
 
-    async def _result(self, task_id: str) -> tuple[bytes | None, bool]:
-        async with self.r.pipeline(transaction=False) as p:
-            p.get(self.keys.result(task_id))
-            p.exists(self.keys.job(task_id))
-            raw, exists = await p.execute()
-        return raw, bool(exists)
+        async def take() -> list[bytes]:  # read the answer and forget the request
+            async with self.r.pipeline(transaction=True) as p:
+                p.lrange(k.results(task_id), 0, -1)
+                p.delete(k.job(task_id), k.results(task_id), k.done(task_id))
+                raw, _ = await p.execute()
+            return list(raw)
+        raw = await self._call(take())
+        return TaskResult([Output.from_json(o) for o in raw], _text(error) or None,
+                          "too_large" if kind == b"too_large" else "failed")
 
-    async def state(self, task_id: str) -> JobState | None:
-        async def get() -> tuple[dict[bytes, bytes], bytes | None]:
+    async def state(self, task_id: str, owner: str | None, offset: int = 0, limit: int = 0) -> JobState | None:
+        async def get() -> tuple[dict[bytes, bytes], list[bytes]]:
             async with self.r.pipeline(transaction=False) as p:
                 p.hgetall(self.keys.job(task_id))
-                p.get(self.keys.result(task_id))
+                p.lrange(self.keys.results(task_id), offset, offset + limit - 1)
                 h, raw = await p.execute()
-            return h, raw
+            return h, (raw if limit > 0 else [])
         h, raw = await self._call(get())
-        if not h:
-            return None
         f = {_text(a): _text(b) for a, b in h.items()}
-        result = TaskResult.from_json(raw) if raw else None
+        if f.get("kind") != "job" or (f.get("owner") or None) != owner:
+            return None
         status = TaskStatus(f.get("status") or "queued")
+        outputs = [Output.from_json(o) for o in raw] if status is TaskStatus.done else None
         return JobState(task_id, status, int(f.get("done") or 0), int(f.get("total") or 0), f.get("model") or "",
-                        f.get("error") or None, result)
+                        f.get("error") or None, outputs, offset)
 
-    async def depth(self) -> int:
-        return int(await self._call(self.r.xlen(self.keys.stream)))
+    async def cancel(self, task_id: str, owner: str | None) -> JobState | None:
+        before = await self.state(task_id, owner)
+        if before is None:
+            return None
+        k = self.keys
+        if before.status.value in ACTIVE:  # the worker drops it at its next check; a late answer is refused
+            await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
+        else:
+            await self._call(self.r.delete(k.job(task_id), k.results(task_id), k.done(task_id)))
+        return before
 
     async def ping(self) -> None:
         await self._call(self.r.ping())
 
     async def stats(self) -> dict[str, float]:
-        h = await self._call(self.r.hgetall(self.keys.stats))
-        out = {_text(a) or "": float(b) for a, b in h.items()}
+        async def read() -> dict[str, float]:
+            k = self.keys
+            async with self.r.pipeline(transaction=False) as p:
+                p.hgetall(k.stats)
+                p.xlen(k.stream)
+                p.xpending(k.stream, k.group)
+                counters, length, pending = await p.execute(raise_on_error=False)  # no group before a worker
+            names = [w async for w in self.r.scan_iter(match=k.workers_pattern(), count=100)]
+            beats = [json.loads(b) for b in (await self.r.mget(names) if names else []) if b]
+            in_flight = int(pending["pending"]) if isinstance(pending, dict) else 0
+            counters = counters if isinstance(counters, dict) else {}
+            return {**{_text(a) or "": float(b) for a, b in counters.items()},
+                    "queued": float(max(0, int(length) - in_flight)), "workers": float(len(names)),
+                    "in_flight_tasks": float(sum(b.get("tasks", 0) for b in beats)),
+                    "in_flight_texts": float(sum(b.get("texts", 0) for b in beats))}
+        return await self._call(read())
 
-        async def workers() -> int:
-            return len([w async for w in self.r.scan_iter(match=self.keys.workers_pattern(), count=100)])
-        out["workers"] = float(await self._call(workers()))
-        return out
-
-    async def hit(self, key: str) -> int:
-        window = int(time.time() // 60)
-        name = self.keys.rate(hashlib.sha256(key.encode()).hexdigest()[:16], window)
-
-        async def incr() -> int:
-            async with self.r.pipeline(transaction=True) as p:
-                p.incr(name)
-                p.expire(name, 120)
-                n, _ = await p.execute()
-            return int(n)
-        return int(await self._call(incr()))
+    async def throttle(self, name: str, per_minute: int, take: bool) -> float:
+        ms = await self._call(self.throttle_script(keys=[self.keys.bucket(name)], args=[per_minute, int(take)]))
+        return float(ms) / 1000.0
 
     async def close(self) -> None:
         await self.r.aclose()
 
 
 class RedisWorkSource:
-    """A worker's side (blocking). Connection errors become SourceUnavailable, which the worker waits out."""
+    """A worker's side (blocking). Connection errors become SourceUnavailable, which the worker waits out.
+    Heartbeats come from a thread of their own, so that a batch of any length is never reclaimed from a
+    live worker."""
 
-    def __init__(self, settings: ServiceSettings) -> None:
+    def __init__(self, settings: ServiceSettings, beat_every_s: float = 2.0) -> None:
         assert settings.redis_url is not None
         self.s = settings
         self.keys = Keys(settings.queue_prefix)
         self.name = settings.worker_name
-        self.r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=2)
-        self.entries: dict[str, bytes] = {}  # task id -> stream entry id
+        self.r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=2,
+                                      retry=redis.retry.Retry(NoBackoff(), 1))
+        self.scripts = {name: self.r.register_script(getattr(redis_scripts, name))
+                        for name in ("FINISH", "START", "PROGRESS")}
+        self.lock = threading.Lock()
+        self.entries: dict[str, bytes] = {}  # task id -> stream entry id, for the tasks in flight here
+        self.unwanted_ids: set[str] = set()  # of those, the ones the heartbeat found cancelled or gone
+        self.load = (0, 0)
         self.replayed = False
+        self.max_result_bytes = settings.max_result_bytes
+        self.beat_every_s = beat_every_s
+        self.stopping = threading.Event()
+        self.heart = threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Create the consumer group if need be, learn Redis's size limits, start the heartbeat thread."""
+        with self._redis():
+            self.ensure_group()
+        try:
+            config: Any = self.r.config_get("proto-max-bulk-len")
+            bulk = int(config.get("proto-max-bulk-len", 0) or 0)
+            if bulk:
+                self.max_result_bytes = min(self.max_result_bytes, bulk)
+        except (ResponseError, *DOWN) as e:  # CONFIG may be forbidden (managed Redis): keep the setting
+            log.info("could not read proto-max-bulk-len (%s); results are limited to %d bytes", e,
+                     self.max_result_bytes)
+        self.heart.start()
 
     @contextmanager
     def _redis(self) -> Iterator[None]:
@@ -174,36 +235,43 @@ class RedisWorkSource:
                 self.replayed = True
                 mine: Any = self.r.xreadgroup(k.group, self.name, {k.stream: "0"}, count=1000)
                 if mine and mine[0][1]:
-                    return self._tasks(mine[0][1])
+                    return self._take(mine[0][1])
             block = int(block_s * 1000)
             got: Any = self.r.xreadgroup(k.group, self.name, {k.stream: ">"}, count=count, block=block or None)
-            return self._tasks(got[0][1]) if got else []
+            return self._take(got[0][1]) if got else []
 
-    def _tasks(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[Task]:
-        """Parse entries; drop unreadable ones and those whose request was cancelled or expired."""
-        tasks = []
+    def _take(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[Task]:
+        """Parse delivered entries and count the delivery; drop the unreadable, the cancelled and the
+        expired ones, and dead-letter those delivered too often."""
+        tasks: list[tuple[bytes, Task]] = []
         for entry_id, fields in entries:
             if not fields:
                 continue  # deleted while pending
             try:
-                task = Task.from_json(fields[b"task"])
+                tasks.append((entry_id, Task.from_json(fields[b"task"])))
             except (KeyError, ValueError, TypeError) as e:
                 log.error("dropping unreadable stream entry %s: %s", entry_id, e)
                 self._ack(entry_id)
-                continue
-            self.entries[task.id] = entry_id
-            tasks.append(task)
-        if not tasks:
-            return []
         statuses = self.r.pipeline(transaction=False)
-        for t in tasks:
+        for _, t in tasks:
             statuses.hget(self.keys.job(t.id), "status")
-        keep = []
-        for t, status in zip(tasks, statuses.execute(), strict=True):
-            if status in (None, TaskStatus.cancelled.value.encode()):
-                self._ack(self.entries.pop(t.id))
+        live = []
+        for (entry_id, t), status in zip(tasks, statuses.execute(), strict=True):
+            if _text(status) in ACTIVE:
+                live.append((entry_id, t))
             else:
+                self._ack(entry_id)  # cancelled, or its request expired
+        counts = self.r.pipeline(transaction=False)
+        for _, t in live:
+            counts.hincrby(self.keys.job(t.id), "deliveries", 1)
+        keep = []
+        for (entry_id, t), times in zip(live, counts.execute(), strict=True):
+            with self.lock:
+                self.entries[t.id] = entry_id
+            if int(times) <= self.s.max_deliveries:
                 keep.append(t)
+            else:
+                self._dead_letter(t, f"delivered {times} times without an answer (workers crashed on it)")
         return keep
 
     def _ack(self, entry_id: bytes) -> None:
@@ -212,74 +280,105 @@ class RedisWorkSource:
         p.xdel(self.keys.stream, entry_id)
         p.execute()
 
-    def maintain(self, in_flight: list[str]) -> list[Task]:
-        """Beat, touch my tasks in flight (resetting their idle time), reclaim the dead's."""
+    def _dead_letter(self, task: Task, reason: str, kind: ErrorKind = "failed") -> None:
+        """Fail a task for good: its reason goes to the client and, with the task, to the dead-letter stream."""
+        log.error("task %s: %s", task.id, reason)
+        self.r.xadd(self.keys.dead, {"task": task.to_json(), "reason": reason}, maxlen=10000, approximate=True)
+        self.finish(task, TaskResult(error=reason, error_kind=kind))
+
+    def maintain(self) -> list[Task]:
+        """Reclaim the tasks of dead workers (idle longer than claim_idle_ms: live workers touch theirs)."""
         k = self.keys
         with self._redis():
-            self.r.set(k.worker(self.name), str(time.time()), ex=max(10, 3 * self.s.claim_idle_ms // 1000))
-            ids = [self.entries[t] for t in in_flight if t in self.entries]
-            if ids:
-                self.r.xclaim(k.stream, k.group, self.name, 0, list[Any](ids), justid=True)
             reply: Any = self.r.xautoclaim(k.stream, k.group, self.name, self.s.claim_idle_ms, "0-0", count=100)
             claimed = [e for e in reply[1] if e[1]]
-            return self._tasks(self._dead_letter(claimed)) if claimed else []
+            return self._take(claimed) if claimed else []
 
-    def _dead_letter(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        """Fail entries delivered more than max_deliveries times; return the others."""
-        keep = []
-        for entry_id, fields in entries:
-            info = self.r.xpending_range(self.keys.stream, self.keys.group, min=entry_id, max=entry_id, count=1)
-            times = int(info[0]["times_delivered"]) if info else 1
-            if times <= self.s.max_deliveries:
-                keep.append((entry_id, fields))
-                continue
-            reason = f"delivered {times} times without an answer (workers crashed on it)"
-            log.error("task entry %s: %s", entry_id, reason)
-            dead: dict[Any, Any] = {**fields, b"reason": reason.encode()}
-            self.r.xadd(self.keys.dead, dead, maxlen=10000, approximate=True)
-            try:
-                task = Task.from_json(fields[b"task"])
-            except (KeyError, ValueError, TypeError):
-                self._ack(entry_id)
-                continue
-            self.entries[task.id] = entry_id
-            self.finish(task, TaskResult(error=reason))
-        return keep
+    def unwanted(self, task_ids: list[str]) -> set[str]:
+        with self.lock:
+            return self.unwanted_ids.intersection(task_ids)
 
     def started(self, task: Task) -> None:
         with self._redis():
-            self.r.hset(self.keys.job(task.id), mapping={"status": TaskStatus.running.value, "worker": self.name})
+            self.scripts["START"](keys=[self.keys.job(task.id)], args=[self.name])
 
     def progress(self, task: Task, done: int) -> None:
         with self._redis():
-            self.r.hset(self.keys.job(task.id), "done", done)
+            self.scripts["PROGRESS"](keys=[self.keys.job(task.id)], args=[done])
 
     def finish(self, task: Task, result: TaskResult) -> None:
-        """Answer once (the first answer wins: SET NX), then acknowledge and wake the waiting API."""
-        k, ttl = self.keys, self.s.result_ttl_s
+        """Answer once (a task already answered, cancelled or abandoned is not answered again), acknowledge,
+        wake the waiting API. A result too large for Redis fails the task and goes to the dead letters."""
+        outputs = [o.to_json() for o in result.outputs]
+        size = sum(len(o.encode()) for o in outputs)
+        if size > self.max_result_bytes:
+            reason = (f"the result is {size} bytes, more than the queue takes ({self.max_result_bytes}; "
+                      "TRANSFORMER_MAX_RESULT_BYTES): ask for less")
+            with self._redis():
+                self._dead_letter(task, reason, "too_large")
+            return
+        k = self.keys
         status = TaskStatus.failed if result.error else TaskStatus.done
+        ttl = self.s.result_ttl_s if task.kind == "job" else request_ttl(self.s)
+        with self.lock:
+            entry_id = self.entries.pop(task.id, b"")
+            self.unwanted_ids.discard(task.id)
         with self._redis():
-            p = self.r.pipeline(transaction=True)
-            p.set(k.result(task.id), result.to_json(), ex=ttl, nx=True)
-            p.hset(k.job(task.id), mapping={"status": status.value, "done": len(result.outputs),
-                                            "error": result.error or ""})
-            p.expire(k.job(task.id), ttl)
-            p.rpush(k.done(task.id), 1)
-            p.expire(k.done(task.id), ttl)
-            entry_id = self.entries.pop(task.id, None)
-            if entry_id is not None:
-                p.xack(k.stream, k.group, entry_id)
-                p.xdel(k.stream, entry_id)
-            p.execute()
+            self.scripts["FINISH"](keys=[k.job(task.id), k.results(task.id), k.done(task.id), k.stream],
+                                   args=[status.value, result.error or "", result.error_kind, len(outputs), ttl,
+                                         k.group, entry_id, *outputs])
 
-    def record_batch(self, sentences: int, tokens: int, seconds: float) -> None:
+    def drop(self, task: Task) -> None:
+        with self.lock:
+            entry_id = self.entries.pop(task.id, None)
+            self.unwanted_ids.discard(task.id)
+        if entry_id is not None:
+            with self._redis():
+                self._ack(entry_id)
+
+    def busy(self, tasks: int, texts: int) -> None:
+        self.load = (tasks, texts)
+
+    def record_batch(self, sentences: int, finished: int, seconds: float) -> None:
         with self._redis():
             p = self.r.pipeline(transaction=False)
-            for name, v in batch_stats(sentences, tokens, seconds).items():
+            for name, v in batch_stats(sentences, finished, seconds).items():
                 p.hincrbyfloat(self.keys.stats, name, v)
             p.execute()
 
+    # -- the heartbeat thread --------------------------------------------------------------------
+
+    def _beat_forever(self) -> None:
+        while not self.stopping.wait(self.beat_every_s):
+            try:
+                self.beat()
+            except (*DOWN, ResponseError) as e:  # the main loop notices an outage and waits it out
+                log.debug("heartbeat failed: %s", e)
+
+    def beat(self) -> None:
+        """Say this worker lives, touch its tasks in flight (resetting their idle time, so that nobody
+        reclaims them) and note which of them were cancelled or abandoned."""
+        k = self.keys
+        with self.lock:
+            in_flight = dict(self.entries)
+        tasks, texts = self.load
+        p = self.r.pipeline(transaction=False)
+        p.set(k.worker(self.name), json.dumps({"tasks": tasks, "texts": texts}),
+              ex=max(10, 3 * self.s.claim_idle_ms // 1000))
+        if in_flight:
+            p.xclaim(k.stream, k.group, self.name, 0, list(in_flight.values()), justid=True)
+        for task_id in in_flight:
+            p.hget(k.job(task_id), "status")
+        replies = p.execute()
+        statuses = replies[2:] if in_flight else []
+        gone = {t for t, status in zip(in_flight, statuses, strict=True) if _text(status) not in ACTIVE}
+        with self.lock:
+            self.unwanted_ids = gone
+
     def close(self) -> None:
+        self.stopping.set()
+        if self.heart.is_alive():
+            self.heart.join(timeout=5)
         with self._redis():
             self.r.delete(self.keys.worker(self.name))
         self.r.close()

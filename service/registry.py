@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
-from model.errors import ModelError
+from model.errors import CheckpointError, InputError, ModelError
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 from service.errors import InvalidRequest, ModelNotFound
@@ -35,7 +35,10 @@ class ModelInfo:
 
     def source_length(self, text: str, field: str, truncate: bool) -> int:
         """Source tokens of text (EOS included); InvalidRequest when it is longer than the model takes."""
-        n = len(self.tokenizer.encode_source(text))
+        try:
+            n = len(self.tokenizer.encode_source(text))
+        except InputError as e:
+            raise InvalidRequest(field, str(e)) from None
         if n > self.max_len and not truncate:
             raise InvalidRequest(field, f"{n} tokens, more than the model's limit of {self.max_len}; "
                                         "shorten it or pass truncate=true")
@@ -59,7 +62,8 @@ class Registry:
                 meta = read_meta(path)
                 models[path.name] = ModelInfo(path.name, path, meta, Tokenizer(path, meta.tokenizer))
             except (ModelError, OSError, RuntimeError) as e:
-                errors[path.name] = str(e)
+                errors[path.name] = (f"{Path(e.path).name}: {e.reason}" if isinstance(e, CheckpointError)
+                                     else type(e).__name__)  # a file's name, never the server's paths
                 log.error("skipping model %s: %s", path.name, e)
         return cls(models, errors)
 
@@ -91,10 +95,11 @@ class Registry:
         raise InvalidRequest("model", f"several {task} models match ({', '.join(sorted(m.id for m in found))}); "
                                       "name one with 'model' or narrow 'source' and 'target'")
 
-    def check(self, task: Task, field: str = "q") -> int:
-        """Validate a task's texts against its model; returns the source tokens of the longest."""
+    def lengths(self, task: Task, field: str = "q") -> list[int]:
+        """Validate a task's texts against its model; returns each one's source tokens. CPU work: callers
+        on the event loop run it in a thread."""
         info = self.get(task.model)
-        return max(info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts))
+        return [info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts)]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
         """Load every model's weights and warm it up with one short decode."""

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from model.config import DecodingConfig
 from service.tasks import TaskStatus
+
+DEFAULT = DecodingConfig()
+
+# The largest limits any deployment may set (the settings' max_texts, max_job_texts, max_chars are at most
+# these): the schema stops reading a list or a string past them, however long it is.
+MOST_TEXTS = 1000
+MOST_JOB_TEXTS = 100_000
+MOST_CHARS = 100_000
+NAME_CHARS = 200  # model ids and language codes
+
+
+# Strings are refused when they hold a lone surrogate ("\\ud800" in JSON): pydantic's own str check.
+Text = Annotated[str, Field(max_length=MOST_CHARS)]
+Name = Annotated[str, Field(max_length=NAME_CHARS)]
+# q is one text or a list: a list is validated as a list, anything else as one text.
+UNION_TAGS = frozenset({"one text", "list of texts"})  # labels, not fields: error messages leave them out
+TextOrTexts = Annotated[
+    Annotated[Text, Tag("one text")] | Annotated[list[Text], Field(max_length=MOST_TEXTS), Tag("list of texts")],
+    Discriminator(lambda v: "list of texts" if isinstance(v, list) else "one text")]
 
 
 class Strict(BaseModel):
@@ -14,25 +34,37 @@ class Strict(BaseModel):
 
 
 class DecodeOptions(Strict):
-    """Beam search options; the defaults are the paper's (§6.1)."""
+    """Beam search options: model.config.DecodingConfig's, with its defaults (the paper's, §6.1)."""
 
-    beam_size: int = Field(4, ge=1, description="beams per input; 1 is greedy decoding")
-    n_best: int = Field(1, ge=1, description="hypotheses returned per input (at most beam_size)")
-    length_penalty: float = Field(0.6, ge=0.0, le=10.0, description="alpha of the length penalty")
+    beam_size: int = Field(DEFAULT.beam_size, ge=1, description="beams per input; 1 is greedy decoding")
+    n_best: int = Field(DEFAULT.n_best, ge=1, description="hypotheses returned per input (at most beam_size)")
+    length_penalty: float = Field(DEFAULT.length_penalty, ge=0.0, le=10.0, description="alpha of the length penalty")
     length_penalty_form: Literal["gnmt", "average"] = Field(
-        "gnmt", description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
-    max_length: int | None = Field(None, ge=1, le=4096,
-                                   description="most output tokens; default: input length + 50")
-    min_length: int = Field(0, ge=0, le=4096, description="EOS is not allowed before this many tokens")
-    no_repeat_ngram_size: int = Field(0, ge=0, le=16, description="forbid repeating n-grams of this size")
+        DEFAULT.length_penalty_form,
+        description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
+    max_length: int | None = Field(None, ge=1, le=4096, description=(
+        f"most output tokens; default: {DEFAULT.max_len_a:g} x input length + {DEFAULT.max_len_b}"))
+    min_length: int = Field(DEFAULT.min_length, ge=0, le=4096, description="EOS is not allowed before this many tokens")
+    no_repeat_ngram_size: int = Field(DEFAULT.no_repeat_ngram_size, ge=0, le=16,
+                                      description="forbid repeating n-grams of this size")
+    early_stopping: bool = Field(DEFAULT.early_stopping, description=(
+        "stop an input once beam_size hypotheses have ended (fairseq, CTranslate2); false: search until no live "
+        "hypothesis can beat them (tensor2tensor's exact bound; slower, rarely better)"))
     truncate: bool = Field(False, description="cut inputs longer than the model's limit instead of a 422")
+
+    def decoding(self) -> DecodingConfig:
+        """The DecodingConfig of these options (ConfigError when they do not fit together)."""
+        return DecodingConfig(beam_size=self.beam_size, n_best=self.n_best, length_penalty=self.length_penalty,
+                              length_penalty_form=self.length_penalty_form, min_length=self.min_length,
+                              no_repeat_ngram_size=self.no_repeat_ngram_size,
+                              early_stopping=self.early_stopping).with_max_length(self.max_length)
 
 
 class TextRequest(DecodeOptions):
-    q: str | list[str] = Field(..., description="one text or a list of texts")
-    model: str | None = Field(None, description="model id (GET /models); else chosen by source and target")
-    source: str | None = Field(None, description="source language code, e.g. 'en'")
-    target: str | None = Field(None, description="target language code, e.g. 'de'")
+    q: TextOrTexts = Field(..., description="one text or a list of texts")
+    model: Name | None = Field(None, description="model id (GET /models); else chosen by source and target")
+    source: Name | None = Field(None, description="source language code, e.g. 'en'")
+    target: Name | None = Field(None, description="target language code, e.g. 'de'")
 
 
 class Hypothesis(BaseModel):
@@ -57,10 +89,10 @@ class SummarizeResponse(BaseModel):
 
 
 class JobRequest(DecodeOptions):
-    texts: list[str] = Field(..., min_length=1)
-    model: str | None = None
-    source: str | None = None
-    target: str | None = None
+    texts: list[Text] = Field(..., min_length=1, max_length=MOST_JOB_TEXTS)
+    model: Name | None = None
+    source: Name | None = None
+    target: Name | None = None
     task: Literal["translation", "summarization"] = "translation"
 
 
@@ -75,28 +107,37 @@ class JobResponse(BaseModel):
     model: str
     progress: JobProgress
     error: str | None = None
-    results: list[OutputText] | None = None
+    results: list[OutputText] | None = Field(None, description="once done: results[offset : offset + limit]")
+    offset: int = Field(0, description="index of the first of these results among the job's texts")
+    next_offset: int | None = Field(None, description="offset of the next page of results; null after the last")
 
 
 class AttentionRequest(Strict):
-    q: str = Field(..., description="one text")
-    model: str | None = None
-    source: str | None = None
-    target: str | None = None
+    q: Text = Field(..., description="one text")
+    model: Name | None = None
+    source: Name | None = None
+    target: Name | None = None
     beam_size: int = Field(4, ge=1)
     max_length: int | None = Field(None, ge=1, le=1024)
     truncate: bool = False
+    kinds: list[Literal["cross", "encoder", "decoder"]] = Field(
+        ["cross", "encoder", "decoder"], min_length=1, max_length=3, description="which attention maps to return")
+    layers: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
+        None, min_length=1, max_length=1000, description="layer indices (from 0) to return; default: all")
+    heads: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
+        None, min_length=1, max_length=1000, description="head indices (from 0) to return; default: all")
 
 
 class AttentionResponse(BaseModel):
-    """Weights are [layer][head][query][key]: cross has target queries over source keys."""
+    """Weights are [layer][head][query][key] of the layers and heads asked for, rounded to 3 decimals; cross
+    has target queries over source keys. A kind not asked for is null."""
 
     model: str
     text: str
     score: float
     source_tokens: list[str]
     target_tokens: list[str]
-    cross: list[Any]
+    cross: list[Any] | None
     encoder: list[Any] | None
     decoder: list[Any] | None
 

@@ -6,14 +6,18 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_KEY_LENGTH = 16
 
 
 class ServiceSettings(BaseSettings):
     """Everything the API and the workers read; every field is an environment variable (see README)."""
 
-    model_config = SettingsConfigDict(env_prefix="TRANSFORMER_", frozen=True, extra="ignore", validate_by_name=True)
+    # hide_input_in_errors: an invalid setting's error must not print the API keys (or a Redis password).
+    model_config = SettingsConfigDict(env_prefix="TRANSFORMER_", frozen=True, extra="ignore", validate_by_name=True,
+                                      hide_input_in_errors=True)
 
     models_dir: Path = Path("models")  # every subdirectory holding a config.json is a model
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "TRANSFORMER_REDIS_URL"))
@@ -22,25 +26,34 @@ class ServiceSettings(BaseSettings):
     device: str = "auto"  # "auto": CUDA when available, else the CPU
     dtype: str = "auto"  # "auto": float32 on the CPU, bfloat16 on CUDA
     threads: int | None = Field(default=None, ge=1)
-    # dynamic batching
-    max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens per batch, padding counted
-    max_batch_size: int = Field(default=32, ge=1)  # sentences per batch
-    max_wait_ms: float = Field(default=10.0, ge=0)  # how long a batch waits to fill once one request is in
+    # continuous batching: what a worker's running beam searches hold at once
+    max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
+    max_batch_size: int = Field(default=32, ge=1)  # texts
     # limits
-    max_chars: int = Field(default=5000, ge=1)  # per text
-    max_texts: int = Field(default=64, ge=1)  # per /translate or /summarize request
-    max_job_texts: int = Field(default=10000, ge=1)  # per batch job
+    max_chars: int = Field(default=5000, ge=1, le=100_000)  # per text (le: the schema's own caps)
+    max_texts: int = Field(default=64, ge=1, le=1000)  # per /translate or /summarize request
+    max_job_texts: int = Field(default=10000, ge=1, le=100_000)  # per batch job
     max_beam_size: int = Field(default=8, ge=1)
     max_queue: int = Field(default=1000, ge=1)  # tasks queued or in flight before 429
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)  # any transfer encoding
+    # A request's cost: for each text, beam_size x output limit x (source tokens + output limit), the
+    # (query, key) pairs its decoder may attend over; it tracks worker time within a factor of about two.
+    max_request_cost: int = Field(default=20_000_000, ge=1)  # per /translate, /summarize or /attention
+    max_job_cost: int = Field(default=1_000_000_000, ge=1)  # per batch job
+    max_attention_cells: int = Field(default=1_000_000, ge=1)  # attention weights one /attention may return
+    max_result_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # a larger result fails its task
+    max_job_page: int = Field(default=1000, ge=1)  # most results per GET /jobs/{id}
     request_timeout_s: float = Field(default=60.0, gt=0)  # a synchronous request answers 504 after this
     result_ttl_s: int = Field(default=3600, ge=1)  # how long job statuses and results are kept
     # FastAPI's own OpenTelemetry spans, metrics and logs; off by default: /metrics serves Prometheus, and
     # the check costs about a third of the API's CPU time per request even with no OpenTelemetry set up
     opentelemetry: bool = False
     # access
-    api_keys: str = ""  # "" = open; else comma-separated KEY or KEY:REQUESTS_PER_MINUTE
+    api_keys: SecretStr = SecretStr("")  # "" = open; else comma-separated KEY or KEY:REQUESTS_PER_MINUTE
     rate_limit: int = Field(default=60, ge=0)  # requests per minute for a key without its own (0 = unlimited)
+    auth_failures_per_minute: int = Field(default=10, ge=1)  # failed keys per client address before 429
+    ops_need_key: bool = False  # /metrics, /docs, /redoc and /openapi.json need a key too
+    allowed_hosts: str = ""  # "" = any Host header; else comma-separated host names (a "*." prefix matches subdomains)
     # Redis queue
     queue_prefix: str = "transformer"
     claim_idle_ms: int = Field(default=30000, ge=100)  # a task in flight this long without a heartbeat is reclaimed
@@ -69,12 +82,20 @@ class ServiceSettings(BaseSettings):
     def keys(self) -> dict[str, int]:
         """API key -> requests per minute (0 = unlimited)."""
         out: dict[str, int] = {}
-        for item in filter(None, (s.strip() for s in self.api_keys.split(","))):
+        items = (s.strip() for s in self.api_keys.get_secret_value().split(","))
+        for i, item in enumerate(filter(None, items)):
             key, _, limit = item.partition(":")
             if not key or (limit and not limit.isdigit()):
-                raise ValueError(f"api_keys: {item!r} is not KEY or KEY:REQUESTS_PER_MINUTE")
+                raise ValueError(f"api_keys: item {i + 1} is not KEY or KEY:REQUESTS_PER_MINUTE")
+            if len(key) < MIN_KEY_LENGTH:  # short keys can be guessed; never echo a key back
+                raise ValueError(f"api_keys: key {i + 1} has {len(key)} characters; keys need at least "
+                                 f"{MIN_KEY_LENGTH}")
             out[key] = int(limit) if limit else self.rate_limit
         return out
+
+    def hosts(self) -> list[str]:
+        """Allowed Host names, lower case; empty: any."""
+        return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def resolved_device(self) -> str | None:

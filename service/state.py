@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from typing import Annotated
@@ -10,9 +9,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.errors import TooManyRequests, Unauthorized, Unavailable
+from service.access import Access
+from service.errors import Unavailable
+from service.memory_queue import MemoryQueue
 from service.metrics import RequestMetrics
-from service.queue import MemoryQueue, TaskQueue
+from service.queue import TaskQueue
 from service.registry import Registry
 from service.settings import ServiceSettings
 from service.worker import Worker
@@ -34,6 +35,7 @@ class ServiceState:
         else:
             self.memory = MemoryQueue(settings)
             self.queue = self.memory
+        self.access = Access(settings, self.queue)
         self.metrics = RequestMetrics()
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -58,9 +60,9 @@ class ServiceState:
                 self.threads.append(t)
             self.registry = registry
             self.ready.set()
-        except Exception as e:  # reported by /readyz; the process stays up for inspection
+        except Exception as e:  # reported by /readyz (without paths); the process stays up for inspection
             log.exception("loading models failed")
-            self.load_error = f"{type(e).__name__}: {e}"
+            self.load_error = f"loading the models failed ({type(e).__name__}); see the server's log"
 
     async def close(self) -> None:
         self.stop.set()
@@ -81,26 +83,16 @@ def ready_state(request: Request) -> ServiceState:
     return state
 
 
-bearer = HTTPBearer(auto_error=False)
+bearer = HTTPBearer(auto_error=False)  # for the OpenAPI document: service.guard checks keys before the body
 
 
-async def authorize(request: Request,
-                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
-    """With API keys configured: a valid bearer token within its per-minute rate limit."""
-    state = get_state(request)
-    keys = state.settings.keys()
-    if not keys:
-        return None
-    token = credentials.credentials if credentials else ""
-    key = next((k for k in keys if hmac.compare_digest(k.encode(), token.encode())), None)
-    if key is None:
-        raise Unauthorized("a valid API key is required: send 'Authorization: Bearer KEY'")
-    limit = keys[key]
-    if limit and await state.queue.hit(key) > limit:
-        raise TooManyRequests(f"rate limit of {limit} requests per minute reached for this key", retry_after=60)
-    return key
+async def owner(request: Request,
+                _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
+    """The owner id of the request's API key (service.access.owner_of), None without keys."""
+    value: str | None = request.state.owner
+    return value
 
 
 State = Annotated[ServiceState, Depends(get_state)]
 ReadyState = Annotated[ServiceState, Depends(ready_state)]
-ApiKey = Annotated[str | None, Depends(authorize)]
+Owner = Annotated[str | None, Depends(owner)]

@@ -1,4 +1,4 @@
-"""What travels through the queue: a task (one request or batch job) and its result, both plain JSON."""
+"""What travels through the queue: a task (one request or batch job) and its outputs, all plain JSON."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Literal
 from model.config import DecodingConfig
 
 Kind = Literal["request", "job"]
+AttentionKind = Literal["cross", "encoder", "decoder"]
 
 
 class TaskStatus(StrEnum):
@@ -19,24 +20,22 @@ class TaskStatus(StrEnum):
     running = "running"
     done = "done"
     failed = "failed"
-    cancelled = "cancelled"  # a synchronous request that timed out; workers skip it
+    cancelled = "cancelled"  # a job cancelled by its owner, or a request that timed out; workers drop it
 
 
 @dataclass(frozen=True)
-class Options:
-    """Per-request decoding options (a DecodingConfig without the model-specific banned ids)."""
+class AttentionSelection:
+    """Which attention maps a /attention request returns; None means every layer or head."""
 
-    beam_size: int = 4
-    n_best: int = 1
-    length_penalty: float = 0.6
-    length_penalty_form: Literal["gnmt", "average"] = "gnmt"
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    min_length: int = 0
-    no_repeat_ngram_size: int = 0
+    kinds: tuple[AttentionKind, ...] = ("cross", "encoder", "decoder")
+    layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
 
-    def decoding(self) -> DecodingConfig:
-        return DecodingConfig(**asdict(self))
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttentionSelection:
+        layers, heads = data.get("layers"), data.get("heads")
+        return cls(tuple(data["kinds"]), None if layers is None else tuple(layers),
+                   None if heads is None else tuple(heads))
 
 
 @dataclass(frozen=True)
@@ -45,20 +44,27 @@ class Task:
 
     model: str
     texts: list[str]
-    options: Options = field(default_factory=Options)
+    options: DecodingConfig = field(default_factory=DecodingConfig)
     kind: Kind = "request"
-    attention: bool = False  # return the best hypothesis' attention maps
+    attention: AttentionSelection | None = None  # return these attention maps of the best hypothesis
     truncate: bool = False
+    owner: str | None = None  # owner_of(API key) that created it; only that key may read or cancel a job
+    deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
 
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return json.dumps({**asdict(self), "options": self.options.to_dict()}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Task:
         data = json.loads(text)
-        return cls(**{**data, "options": Options(**data["options"])})
+        attention = data.get("attention")
+        return cls(**{**data, "options": DecodingConfig.from_dict(data["options"]),
+                      "attention": None if attention is None else AttentionSelection.from_dict(attention)})
 
 
 @dataclass(frozen=True)
@@ -70,32 +76,37 @@ class Hyp:
 
 @dataclass(frozen=True)
 class Output:
-    """The n-best list of one text, best first, and the best one's attention (compact JSON) when asked."""
+    """The n-best list of one text, best first, and the best one's attention maps when asked for: a JSON
+    object as text, made by the worker, which the API passes on without parsing it."""
 
     hypotheses: list[Hyp]
-    attention: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class TaskResult:
-    """What a worker answers: one Output per text, or an error for the whole task."""
-
-    outputs: list[Output] = field(default_factory=list)
-    error: str | None = None
+    attention: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> TaskResult:
+    def from_json(cls, text: str | bytes) -> Output:
         data = json.loads(text)
-        outputs = [Output([Hyp(**h) for h in o["hypotheses"]], o.get("attention")) for o in data["outputs"]]
-        return cls(outputs, data.get("error"))
+        return cls([Hyp(**h) for h in data["hypotheses"]], data.get("attention"))
+
+
+ErrorKind = Literal["failed", "too_large"]
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a worker answers: one Output per text, or an error for the whole task: "failed" (a bug, or a
+    task that crashed workers) or "too_large" (its result is more than the queue takes)."""
+
+    outputs: list[Output] = field(default_factory=list)
+    error: str | None = None
+    error_kind: ErrorKind = "failed"
 
 
 @dataclass(frozen=True)
 class JobState:
-    """A task's status as GET /jobs/{id} shows it."""
+    """A task's status as GET /jobs/{id} shows it, with one page of its outputs once it is done."""
 
     id: str
     status: TaskStatus
@@ -103,4 +114,5 @@ class JobState:
     total: int
     model: str
     error: str | None = None
-    result: TaskResult | None = None
+    outputs: list[Output] | None = None  # outputs[offset : offset + limit], when done
+    offset: int = 0

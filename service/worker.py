@@ -1,43 +1,27 @@
-"""The worker loop, the same for the embedded queue and for Redis: collect tasks for up to max_wait_ms,
-decode them in dynamic batches, answer each task once all its texts are done."""
+"""The worker loop, the same for the embedded queue and for Redis: one beam search per model and beam size
+runs continuously; at every step, texts of newly read tasks take free rows (requests first, job texts
+filling what is left) and finished texts leave; a task is answered as soon as its last text is done."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Protocol
+from collections.abc import Hashable
 
+from model.beam import BeamLoop, Sentence
 from model.errors import ModelError
 from model.translator import Translator
-from service.batcher import Pool, decode_batch
+from service.batcher import Item, Pool, output_of
+from service.queue import SourceUnavailable, WorkSource
 from service.settings import ServiceSettings
 from service.tasks import Task, TaskResult
 
 log = logging.getLogger("service")
-RETURN_WAIT = 0.15  # the share of a batch's decoding time worth waiting for its clients' next requests
-
-
-class SourceUnavailable(Exception):
-    """The queue cannot be reached (Redis down); the worker waits and tries again."""
-
-
-class WorkSource(Protocol):
-    """Where a worker gets tasks and leaves results."""
-
-    def read(self, count: int, block_s: float) -> list[Task]:
-        """Up to count new tasks, waiting at most block_s for the first."""
-
-    def maintain(self, in_flight: list[str]) -> list[Task]:
-        """Heartbeat for tasks in flight; returns tasks reclaimed from dead workers."""
-
-    def started(self, task: Task) -> None: ...
-
-    def progress(self, task: Task, done: int) -> None: ...
-
-    def finish(self, task: Task, result: TaskResult) -> None: ...
-
-    def record_batch(self, sentences: int, tokens: int, seconds: float) -> None: ...
+LoopKey = tuple[str, int]  # model, beam size
+PROGRESS_EVERY_S = 0.5  # how often a job's progress is written
+ADMIT_TOGETHER = 8  # while busy, texts join once 1/8 of max_batch_size (or of the free rows) are waiting,
+ADMIT_WAIT_STEPS = 3  # or after this many steps
 
 
 class Worker:
@@ -49,11 +33,13 @@ class Worker:
         self.translators = translators
         self.settings = settings
         self.pool = Pool()
+        self.loops: dict[LoopKey, BeamLoop] = {}
+        self.live: dict[Hashable, Item] = {}  # the texts in the loops, by tag
+        self.turn = 0  # round robin over the loops
+        self.deferred = 0  # steps since waiting texts could have joined
+        self.reported = (-1, -1)  # the load last told to the source (busy)
         self.maintain_every_s = maintain_every_s
         self.last_maintained = 0.0
-        self.answered = 0  # requests answered by the last batch
-        self.answered_at = 0.0
-        self.last_decode_s = 0.0
 
     def run(self, stop: threading.Event) -> None:
         """Work until stop is set; an unreachable queue is waited out, never fatal."""
@@ -62,59 +48,65 @@ class Worker:
                 self.step()
             except SourceUnavailable as e:
                 log.warning("queue unavailable (%s); retrying", e)
-                self.pool = Pool()  # what was in flight is redelivered once the queue is back
+                self.reset()  # what was in flight is redelivered once the queue is back
                 stop.wait(1.0)
             except Exception as e:  # a bug must not stop the worker and leave requests waiting
                 log.exception("worker step failed")
-                self.fail_all(f"worker error: {type(e).__name__}: {e}")
+                self.fail_all(f"worker error ({type(e).__name__}); see the worker's log")
+
+    def reset(self) -> None:
+        self.pool, self.loops, self.live, self.reported = Pool(), {}, {}, (-1, -1)
 
     def fail_all(self, reason: str) -> None:
-        """Answer every task in flight with an error and start over with an empty pool."""
-        pending, self.pool = list(self.pool.tasks.values()), Pool()
+        """Answer every task in flight with an error and start over with nothing in flight."""
+        pending = list(self.pool.tasks.values())
+        self.reset()
         for p in pending:
             try:
                 self.source.finish(p.task, TaskResult(error=reason))
             except SourceUnavailable:
                 return  # redelivered once the queue is back
 
+    @property
+    def sentences(self) -> int:
+        """Texts in the loops."""
+        return sum(len(loop) for loop in self.loops.values())
+
     def step(self) -> None:
-        """Admit new tasks (waiting up to wait_budget() to fill a batch), then decode one batch."""
+        """Read new tasks (waiting for them only when there is nothing to do), let go of the unwanted ones,
+        give free rows to waiting texts, then decode one step of one loop."""
         s = self.settings
         if time.monotonic() - self.last_maintained > self.maintain_every_s:
-            self.admit(self.source.maintain(list(self.pool.tasks)))
+            self.admit(self.source.maintain())
             self.last_maintained = time.monotonic()
-        idle = not self.pool.items
-        self.admit(self.source.read(s.max_batch_size, 1.0 if idle else 0.0))
-        deadline = time.monotonic() + self.wait_budget()
-        while self.pool.items and self.should_wait(idle) and (left := deadline - time.monotonic()) > 0:
-            self.admit(self.source.read(s.max_batch_size - self.pool.sentences, left))
-        if self.pool.items:
-            self.decode_next()
+        room = s.max_batch_size - self.load()
+        if room > 0:
+            idle = not self.live and not self.pool.waiting
+            self.admit(self.source.read(room, 1.0 if idle else 0.0))
+        self.prune()
+        self.fill()
+        self.report_busy()
+        loops = [key for key, loop in self.loops.items() if loop]
+        if loops:
+            self.turn += 1
+            self.decode_step(loops[self.turn % len(loops)])
+            self.report_busy()
 
-    def wait_budget(self) -> float:
-        """Seconds to wait for more texts: max_wait_ms, or while the clients of the last batch come back,
-        up to RETURN_WAIT of that batch's decoding time (a small price for a full next batch)."""
-        wait = self.settings.max_wait_ms / 1000
-        return max(wait, RETURN_WAIT * self.last_decode_s) if self.answered else wait
+    def report_busy(self) -> None:
+        """Tell the source what is in flight, when it changed."""
+        load = (len(self.pool.tasks), self.sentences + len(self.pool.waiting))
+        if load != self.reported:
+            self.source.busy(*load)
+            self.reported = load
 
-    def should_wait(self, idle: bool) -> bool:
-        """Whether to wait (at most wait_budget()) for more texts before decoding.
-
-        From idle, a first burst is gathered. After a batch, the clients it answered usually send their
-        next request soon (tens to hundreds of milliseconds on a busy machine): waiting until as many
-        requests came in since then keeps batches full, where decoding at once would let the load settle
-        into half-full batches taking turns. Task.created is the API's clock; with Redis on several
-        machines a skewed clock only makes this wait run to its budget.
-        """
-        s = self.settings
-        if self.pool.sentences >= s.max_batch_size or self.pool.tokens() >= s.max_batch_tokens:
-            return False
-        if not self.answered:
-            return idle
-        came_back = sum(p.task.created >= self.answered_at for p in self.pool.tasks.values())
-        return came_back < self.answered
+    def load(self) -> int:
+        """What limits reading new tasks: request texts in flight, plus one per job held. Job texts waiting for
+        rows do not hold back reading, so that a request behind a large job is read and goes first."""
+        requests = sum(i.interactive for i in self.live.values()) + sum(i.interactive for i in self.pool.waiting)
+        return requests + sum(p.task.kind == "job" for p in self.pool.tasks.values())
 
     def admit(self, tasks: list[Task]) -> None:
+        """Encode new tasks' texts into the pool; a task that cannot be decoded here is answered at once."""
         for task in tasks:
             if task.id in self.pool.tasks:
                 continue  # redelivered while still in flight here
@@ -127,31 +119,104 @@ class Worker:
             except ModelError as e:
                 self.source.finish(task, TaskResult(error=str(e)))
                 continue
+            if not ids:  # the API never sends one; answered rather than held forever
+                self.source.finish(task, TaskResult([]))
+                continue
             self.pool.add(task, ids)
             self.source.started(task)
 
-    def decode_next(self) -> None:
-        s = self.settings
-        batch = self.pool.next_batch(s.max_batch_tokens, s.max_batch_size)
-        task = batch[0].task
-        start = time.perf_counter()
-        try:
-            outputs, tokens = decode_batch(self.translators[task.model], batch)
-        except (RuntimeError, ModelError) as e:  # a bug or out of memory: fail these tasks, keep serving
-            log.exception("decoding failed")
-            for t in {i.task.id: i.task for i in batch}.values():
-                self.pool.drop(t.id)
-                self.source.finish(t, TaskResult(error=f"decoding failed: {e}"))
+    def unwanted(self, tasks: list[Task]) -> set[str]:
+        """Which of these tasks nobody waits for: past their deadline, cancelled, abandoned."""
+        now = time.time()
+        expired = {t.id for t in tasks if t.expired(now)}
+        return expired | self.source.unwanted([t.id for t in tasks if t.id not in expired])
+
+    def prune(self) -> None:
+        """Let go of the tasks nobody waits for any more: their waiting texts and their rows in the loops."""
+        gone = self.unwanted([p.task for p in self.pool.tasks.values()])
+        if not gone:
             return
-        self.last_decode_s = time.perf_counter() - start
-        self.source.record_batch(len(batch), tokens, self.last_decode_s)
-        for item, output in zip(batch, outputs, strict=True):
-            self.pool.deliver(item, output)
-        finished = self.pool.finished()
-        self.answered = sum(p.task.kind == "request" for p in finished)
-        self.answered_at = time.time()  # the clock of Task.created
-        for pending in finished:
+        tags = {tag for tag, item in self.live.items() if item.task.id in gone}
+        for loop in self.loops.values():
+            loop.drop(tags)
+        for tag in tags:
+            del self.live[tag]
+        for task_id in gone:
+            self.source.drop(self.pool.tasks[task_id].task)
+            self.pool.drop(task_id)
+
+    def fill(self) -> None:
+        """Give free rows to waiting texts within the budgets: max_batch_size texts, and max_batch_tokens
+        source tokens counting each loop's padding.
+
+        Encoding texts one at a time costs several times encoding them together, so while the loops are busy,
+        texts join once a few are waiting (ADMIT_TOGETHER of the free rows) or after ADMIT_WAIT_STEPS steps."""
+        s = self.settings
+        count = self.sentences
+        free = s.max_batch_size - count
+        few = len(self.pool.waiting) < min(free, max(1, s.max_batch_size // ADMIT_TOGETHER))
+        if count and few and self.deferred < ADMIT_WAIT_STEPS:
+            self.deferred += 1
+            return
+        self.deferred = 0
+        tokens = {key: (len(loop), loop.source_length) for key, loop in self.loops.items()}
+
+        def fits(item: Item) -> bool:
+            nonlocal count
+            key = (item.task.model, item.task.options.beam_size)
+            n, longest = tokens.get(key, (0, 0))
+            longest = max(longest, len(item.ids))
+            other = sum(a * b for k, (a, b) in tokens.items() if k != key)
+            if count + 1 > s.max_batch_size or (count and other + (n + 1) * longest > s.max_batch_tokens):
+                return False
+            count += 1
+            tokens[key] = (n + 1, longest)
+            return True
+
+        by_loop: dict[LoopKey, list[Item]] = {}
+        for item in self.pool.take(fits):
+            by_loop.setdefault((item.task.model, item.task.options.beam_size), []).append(item)
+        for key, items in by_loop.items():
+            loop = self.loops.get(key)
+            if loop is None:
+                loop = self.loops[key] = self.translators[key[0]].loop(key[1])
+            loop.admit([i.ids for i in items], [i.task.options for i in items], [i.tag for i in items])
+            self.live.update((i.tag, i) for i in items)
+
+    def decode_step(self, key: LoopKey) -> None:
+        """One step of one loop; answer the tasks whose last text finished."""
+        loop, translator = self.loops[key], self.translators[key[0]]
+        start, size = time.perf_counter(), len(loop)
+        try:
+            ended = loop.step()
+        except (RuntimeError, ModelError) as e:  # a bug or out of memory: fail this loop's tasks, keep serving
+            log.exception("decoding failed")
+            self.fail_loop(key, f"decoding failed: {str(e)[:200]}")
+            return
+        self.source.record_batch(size, len(ended), time.perf_counter() - start)
+        self.deliver(translator, ended)
+
+    def deliver(self, translator: Translator, ended: list[Sentence]) -> None:
+        touched: dict[str, Task] = {}
+        for sentence in ended:
+            item = self.live.pop(sentence.tag)
+            self.pool.deliver(item, output_of(translator, item, sentence.n_best()))
+            touched[item.task.id] = item.task
+        for pending in self.pool.finished():
             self.source.finish(pending.task, TaskResult([o for o in pending.outputs if o is not None]))
-        for t in {i.task.id: i.task for i in batch if i.task.kind == "job"}.values():
-            if t.id in self.pool.tasks:
-                self.source.progress(t, self.pool.tasks[t.id].done)
+        now = time.monotonic()
+        for task in touched.values():
+            job = self.pool.tasks.get(task.id)
+            if job is not None and task.kind == "job" and now - job.reported > PROGRESS_EVERY_S:
+                self.source.progress(task, job.done)
+                job.reported = now
+
+    def fail_loop(self, key: LoopKey, reason: str) -> None:
+        """Answer every task with a text in this loop with an error; the loop starts over empty."""
+        del self.loops[key]
+        failed = {item.task.id: item.task for item in self.live.values()
+                  if (item.task.model, item.task.options.beam_size) == key}
+        self.live = {tag: item for tag, item in self.live.items() if item.task.id not in failed}
+        for task in failed.values():
+            self.pool.drop(task.id)
+            self.source.finish(task, TaskResult(error=reason))

@@ -125,6 +125,21 @@ def test_input_must_be_a_list_of_strings(translator: Translator) -> None:
         translator.translate(["fine", 3])  # type: ignore[list-item]
 
 
+def test_invalid_unicode_is_an_input_error(translator: Translator) -> None:
+    with pytest.raises(InputError, match="lone surrogate U\\+D800 at character 3"):
+        translator.translate(["abc\ud800"])
+
+
+def test_a_search_stops_when_asked(translator: Translator) -> None:
+    from model.errors import SearchStopped
+    asked: list[int] = []
+    ids = translator.encode(["kalo mine ruza"])
+    with pytest.raises(SearchStopped):
+        translator.search(ids, translator.decoding_config(max_len_a=0, max_len_b=20),
+                          stop=lambda: asked.append(1) is None and len(asked) > 3)
+    assert len(asked) == 4  # asked before every step: three steps ran
+
+
 def test_unknown_or_bad_options_are_config_errors(translator: Translator) -> None:
     with pytest.raises(ConfigError):
         translator.translate(["kalo"], beam_sizes=3)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -90,19 +91,46 @@ def serve(models_dir: Path) -> Iterator[Callable[..., Server]]:
         s.__exit__()
 
 
+@pytest.fixture(scope="session")
+def heavy_dir(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Path:
+    """Models whose answers are large or slow: `long` (tiny, 512 positions) and `slow` (the small preset's
+    widths, 512 positions). Random weights: outputs run to their length limit."""
+    d = tmp_path_factory.mktemp("heavy")
+    save_random_checkpoint(d / "long", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="xl",
+                           max_len=512)
+    save_random_checkpoint(d / "slow", spm_dir, SPM_VOCAB, seed=6, source_lang="en", target_lang="xs",
+                           max_len=512, N=3, d_model=256, d_ff=1024, h=4)
+    return d
+
+
+@pytest.fixture
+def serve_heavy(heavy_dir: Path) -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(**settings: Any) -> Server:
+        server = Server(ServiceSettings(models_dir=heavy_dir, **settings)).__enter__()
+        servers.append(server)
+        server.wait_ready()
+        return server
+    yield start
+    for s in servers:
+        s.__exit__()
+
+
 class RedisServer:
     """A private redis-server process (no persistence) that a test may stop and start again."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *args: str) -> None:
         self.port = free_port()
         self.directory = directory
+        self.args = list(args)  # further redis-server options
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         assert REDIS_SERVER is not None
         self.proc = subprocess.Popen([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.directory)],
+                                      "--appendonly", "no", "--dir", str(self.directory), *self.args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis.from_url(self.url)
         wait_until(lambda: _pings(client), 10)

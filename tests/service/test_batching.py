@@ -1,5 +1,5 @@
-"""Dynamic batching: how batches are cut, and many concurrent HTTP requests answered exactly as the
-Translator answers each alone, in batches larger than one."""
+"""Continuous batching: which waiting texts take free rows, and many concurrent HTTP requests answered exactly
+as the Translator answers each alone, sharing the loop's steps."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from model.translator import Translator
-from service.batcher import Pool
-from service.tasks import Options, Task
+from service.batcher import Item, Pool
+from service.tasks import Hyp, Output, Task
 from tests.conftest import make_sentences
-from tests.service.conftest import Server
+from tests.service.conftest import Server, wait_until
 
 
 def pool_of(*tasks: tuple[Task, list[int]]) -> Pool:
@@ -24,47 +25,41 @@ def pool_of(*tasks: tuple[Task, list[int]]) -> Pool:
     return pool
 
 
-def test_batch_respects_token_budget_and_size() -> None:
-    pool = pool_of((Task("m", ["x"] * 6), [10, 10, 10, 10, 10, 10]))
-    assert len(pool.next_batch(max_tokens=35, max_size=8)) == 3  # 3 x 10 <= 35 < 4 x 10
-    assert len(pool.next_batch(max_tokens=1000, max_size=2)) == 2
-    assert len(pool.next_batch(max_tokens=1000, max_size=8)) == 1
-    assert pool.items == []
+def under(budget: int) -> Callable[[Item], bool]:
+    """A fits() that takes texts while their source tokens add up to at most budget."""
+    used = 0
+
+    def fits(item: Item) -> bool:
+        nonlocal used
+        used += len(item.ids)
+        return used <= budget
+    return fits
 
 
-def test_batch_counts_padding_and_groups_similar_lengths() -> None:
-    pool = pool_of((Task("m", ["x"] * 6), [3, 30, 4, 31, 5, 29]))
-    first = pool.next_batch(max_tokens=20, max_size=8)  # the oldest (3) with its nearest lengths
-    assert sorted(len(i.ids) for i in first) == [3, 4, 5]
-    second = pool.next_batch(max_tokens=100, max_size=8)
-    assert sorted(len(i.ids) for i in second) == [29, 30, 31]
-
-
-def test_batch_keeps_models_and_options_apart_and_requests_first() -> None:
+def test_requests_take_rows_before_job_texts_and_nothing_overtakes() -> None:
     job = Task("m", ["x"] * 3, kind="job")
-    other = Task("m", ["x"] * 2, Options(beam_size=2))
     request = Task("m", ["x"] * 2)
-    pool = pool_of((job, [5, 5, 5]), (other, [5, 5]), (Task("n", ["x"]), [5]), (request, [5, 5]))
-    first = pool.next_batch(100, 8)
-    assert {i.task.id for i in first} == {other.id}  # the oldest request's group; the job waits
-    second = pool.next_batch(100, 8)
-    assert {i.task.model for i in second} == {"n"}
-    third = pool.next_batch(100, 3)  # the request first; the job's texts fill the batch (same model, options)
-    assert [i.task.id for i in third].count(request.id) == 2 and len(third) == 3
-    assert {i.task.id for i in pool.next_batch(100, 8)} == {job.id}
-    assert pool.items == []
+    later = Task("m", ["x"])
+    pool = pool_of((job, [5, 5, 5]), (request, [10, 10]), (later, [1]))
+    first = pool.take(under(15))  # the second 10-token text does not fit, and the 1-token one may not overtake it
+    assert [(i.task.id, i.index) for i in first] == [(request.id, 0)]
+    second = pool.take(under(11))  # requests before the older job's texts
+    assert [(i.task.id, i.index) for i in second] == [(request.id, 1), (later.id, 0)]
+    assert [i.index for i in pool.take(under(100))] == [0, 1, 2] and pool.waiting == []
 
 
-def test_finished_tasks_leave_the_pool() -> None:
-    task = Task("m", ["a", "b"])
-    pool = pool_of((task, [4, 6]))
-    batch = pool.next_batch(100, 1)
-    from service.tasks import Hyp, Output
-    pool.deliver(batch[0], Output([Hyp("t", 0.0, [])]))
+def test_finished_tasks_leave_the_pool_and_dropped_ones_take_their_texts() -> None:
+    task, other = Task("m", ["a", "b"]), Task("m", ["c"])
+    pool = pool_of((task, [4, 6]), (other, [3]))
+    first, second, _ = pool.take(lambda item: True)
+    pool.deliver(first, Output([Hyp("t", 0.0, [])]))
     assert pool.finished() == []
-    pool.deliver(pool.next_batch(100, 1)[0], Output([Hyp("u", 0.0, [])]))
+    pool.deliver(second, Output([Hyp("u", 0.0, [])]))
     [done] = pool.finished()
-    assert done.task is task and pool.tasks == {}
+    assert done.task is task and set(pool.tasks) == {other.id}
+    pool.add(Task("m", ["d"]), [[1]])
+    pool.drop(other.id)
+    assert other.id not in pool.tasks and all(i.task.id != other.id for i in pool.waiting)
 
 
 def batch_sizes(metrics: str) -> tuple[float, float]:
@@ -80,13 +75,71 @@ async def post_all(url: str, texts: list[str], **options: object) -> list[httpx.
 
 
 def test_100_concurrent_requests_equal_translator_alone(serve: Callable[..., Server], models_dir: Path) -> None:
-    server = serve(max_wait_ms=50)
+    server = serve()
     texts = make_sentences(100, seed=11, max_words=10)
     responses = asyncio.run(post_all(server.url, texts, max_length=8))
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
     alone = [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
     assert [r.json()["translatedText"] for r in responses] == alone
-    batches, sentences = batch_sizes(httpx.get(f"{server.url}/metrics").text)
-    assert sentences == 100  # one sentence per request, each decoded once
-    assert batches < 50, f"{batches} batches for 100 requests: the batcher did not group them"
+    steps, sentence_steps = batch_sizes(httpx.get(f"{server.url}/metrics").text)
+    assert sentence_steps <= 100 * 8  # each text decoded once, at most 8 steps
+    assert sentence_steps / steps > 4, f"{sentence_steps / steps:.1f} texts per step: the loop did not share rows"
+
+
+OPTION_SETS: list[dict[str, object]] = [
+    {"max_length": 12},
+    {"max_length": 20, "n_best": 3, "beam_size": 3},
+    {"min_length": 6, "max_length": 9, "length_penalty": 1.0, "length_penalty_form": "average"},
+    {"no_repeat_ngram_size": 2, "max_length": 15, "beam_size": 2},
+    {"early_stopping": False, "max_length": 10},
+    {"length_penalty": 0.0, "beam_size": 1, "max_length": 7},
+    {},
+]
+
+
+def translator_options(options: dict[str, object]) -> dict[str, object]:
+    """The API's options as Translator.translate keywords."""
+    out = {k: v for k, v in options.items() if k != "max_length"}
+    if "max_length" in options:
+        out.update(max_len_a=0.0, max_len_b=options["max_length"])
+    return out
+
+
+def test_requests_with_any_options_joining_a_running_loop_equal_translator_alone(
+        serve: Callable[..., Server], models_dir: Path) -> None:
+    """Requests arrive while a job keeps the loop busy, each with its own options (several beam sizes); every
+    answer equals Translator.translate alone, and each is answered while the job still runs."""
+    server = serve(max_batch_size=6)
+    job_texts = make_sentences(400, seed=12, min_words=6, max_words=14)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": job_texts, "max_length": 60}).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["progress"]["done"] > 0, 60)
+    texts = make_sentences(len(OPTION_SETS) * 3, seed=13, min_words=1, max_words=16)
+    bodies = [{"q": t, **OPTION_SETS[i % len(OPTION_SETS)]} for i, t in enumerate(texts)]
+
+    async def staggered() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            async def post(i: int) -> httpx.Response:
+                await asyncio.sleep(0.01 * i)  # arriving at different steps of the running loop
+                return await client.post("/translate", json=bodies[i])
+            return await asyncio.gather(*(post(i) for i in range(len(bodies))))
+    responses = asyncio.run(staggered())
+    assert httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "running", "the job should outlast them"
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    for body, r in zip(bodies, responses, strict=True):
+        assert r.status_code == 200, r.text
+        options = {k: v for k, v in body.items() if k != "q"}
+        [want] = translator.translate([str(body["q"])], **translator_options(options))
+        got = r.json()["translations"][0]
+        assert got["text"] == want.text, options
+        assert got["score"] == pytest.approx(want.score, abs=1e-4)
+        assert [a["text"] for a in got["alternatives"]] == [h.text for h in want.hypotheses[1:]]
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 120)
+    page = httpx.get(f"{server.url}/jobs/{job['id']}", params={"limit": 1000}).json()
+    alone = translator.translate(job_texts, max_len_a=0.0, max_len_b=60)
+    # Random weights and 60-token outputs: at some step of a few searches two candidates tie to the last bits,
+    # and float32 sums over other batch shapes may break the tie the other way, sending the search down
+    # another path. (In float64, tests/model/test_continuous.py shows every text equal to 1e-9.)
+    differ = sum(res["text"] != want.text for res, want in zip(page["results"], alone, strict=True))
+    assert differ <= len(alone) // 50, f"{differ} of {len(alone)} job texts differ from alone"
+

@@ -1,4 +1,4 @@
-"""The worker loop on the embedded queue: a failing batch is answered with an error and the worker goes
+"""The worker loop on the embedded queue: a failing step is answered with an error and the worker goes
 on serving; an input too long for the worker's model fails its task, not the worker."""
 
 from __future__ import annotations
@@ -9,18 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from model.beam import BeamLoop, Sentence
+from model.config import DecodingConfig
 from model.translator import Translator
-from service.queue import MemoryQueue
+from service.memory_queue import MemoryQueue
 from service.settings import ServiceSettings
-from service.tasks import Options, Task, TaskResult
+from service.tasks import Hyp, Output, Task, TaskResult
 from service.worker import Worker
 
-SHORT = Options(max_len_a=0.0, max_len_b=5)
+SHORT = DecodingConfig(max_len_a=0.0, max_len_b=5)
 
 
 def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
     """Submit tasks to a MemoryQueue served by a Worker thread; return their results in order."""
-    settings = ServiceSettings(max_wait_ms=0)
+    settings = ServiceSettings()
     queue = MemoryQueue(settings)
     stop = threading.Event()
     thread = threading.Thread(target=Worker(queue, {"m": translator}, settings).run, args=(stop,), daemon=True)
@@ -39,17 +41,23 @@ def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
         thread.join(timeout=10)
 
 
-def test_a_bug_in_one_batch_fails_its_tasks_and_the_worker_goes_on(models_dir: Path,
+def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(models_dir: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
-    real_search, calls = translator.search, []
+    real_loop, calls = translator.loop, []
 
-    def flaky(*args: object, **kwargs: object) -> object:
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyError("a bug")
-        return real_search(*args, **kwargs)  # type: ignore[arg-type]
-    monkeypatch.setattr(translator, "search", flaky)
+    def flaky(beam_size: int) -> BeamLoop:
+        loop = real_loop(beam_size)
+        real_step = loop.step
+
+        def step() -> list[Sentence]:
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyError("a bug")
+            return real_step()
+        monkeypatch.setattr(loop, "step", step)
+        return loop
+    monkeypatch.setattr(translator, "loop", flaky)
     first, second = serve_tasks(translator, [Task("m", ["kalo mine"], SHORT), Task("m", ["kalo mine"], SHORT)])
     assert first.error is not None and "KeyError" in first.error and first.outputs == []
     assert second.error is None
@@ -66,22 +74,26 @@ def test_unknown_model_and_too_long_input_fail_only_their_task(models_dir: Path)
     assert results[2].error is None and len(results[2].outputs) == 1
 
 
-def test_memory_queue_counts_active_tasks_and_forgets_ended_ones_after_their_ttl() -> None:
-    queue = MemoryQueue(ServiceSettings(result_ttl_s=1, max_queue=2))
-    first, second = Task("m", ["a"]), Task("m", ["b"])
+def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_ttl() -> None:
+    queue = MemoryQueue(ServiceSettings(result_ttl_s=1, max_queue=3))
+    request, first, second = Task("m", ["a"]), Task("m", ["b"], kind="job"), Task("m", ["c"], kind="job")
+    answer = TaskResult([Output([Hyp("A", -1.0, ["A"])])])
 
     async def go() -> None:
-        await queue.submit(first)
-        await queue.submit(second)
-        assert await queue.depth() == 2
+        for task in (request, first, second):
+            await queue.submit(task)
+        assert (await queue.stats())["queued"] == 3
         from service.errors import QueueFull
         with pytest.raises(QueueFull):
-            await queue.submit(Task("m", ["c"]))
-        assert queue.read(2, 0) == [first, second]
+            await queue.submit(Task("m", ["d"]))
+        assert queue.read(3, 0) == [request, first, second]
+        queue.finish(request, answer)
+        assert await queue.wait(request.id, 1) == answer
+        assert request.id not in queue.entries  # answered: nothing kept
         queue.finish(first, TaskResult(error="x"))
-        assert await queue.depth() == 1
-        assert (await queue.state(first.id)) is not None
+        assert (await queue.state(first.id, None)) is not None
+        assert (await queue.state(first.id, "someone else")) is None  # a job belongs to its owner
         await asyncio.sleep(1.1)
-        assert await queue.state(first.id) is None  # expired
-        assert await queue.state(second.id) is not None  # still running: never expires
+        assert await queue.state(first.id, None) is None  # expired
+        assert await queue.state(second.id, None) is not None  # still running: never expires
     asyncio.run(go())

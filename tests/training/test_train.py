@@ -39,7 +39,9 @@ def settings(run_dir: Path, corpus: Path, **overrides: Any) -> dict[str, Any]:
         "run_dir": str(run_dir), "source_lang": "xx", "target_lang": "xx",
         "data": {"corpus": "jsonl", "paths": [str(corpus)]}, "split": {"dev": 0.02, "test": 0.03},
         "vocab": {"size": 20}, "preset": "tiny", "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
-        "batch_tokens": 800, "warmup": 200, "lr_scale": 0.5, "eps_ls": 0.0, "max_steps": 1000,
+        # lr_scale 0.5 / 1000 steps sat on the edge (87.65% to 100% exact match by CPU, thread count or
+        # seed: the loss still spikes at step 1000); a lower rate and 250 more steps get 98.8-100% on all.
+        "batch_tokens": 800, "warmup": 200, "lr_scale": 0.125, "eps_ls": 0.0, "max_steps": 1250,
         "log_every": 50, "eval_every": 10_000, "save_every": 10_000, "eval_beam_size": 1, "progress": False,
     }
     values.update(overrides)
@@ -58,7 +60,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_tiny_model_learns_to_copy(tmp_path: Path, corpus: Path) -> None:
     run_dir = train(from_dict(settings(tmp_path / "run", corpus)))
-    assert (run_dir / "checkpoints" / "step_00001000").is_dir() and (run_dir / "best").is_dir()
+    assert (run_dir / "checkpoints" / "step_00001250").is_dir() and (run_dir / "best").is_dir()
     assert (run_dir / "curves.png").stat().st_size > 1000
     tr = Translator.load(run_dir / "best", device="cpu")
     test = [json.loads(line) for line in (run_dir / "data" / "test.jsonl").read_text().splitlines()]

@@ -1,0 +1,65 @@
+"""Who may call the API: API keys checked before a body is read, per-key rate limits and throttling of
+failed keys per client address, both token buckets kept by the queue (in Redis in Redis mode)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from collections.abc import Iterable
+
+from service.errors import TooManyRequests, Unauthorized
+from service.queue import TaskQueue
+from service.settings import ServiceSettings
+
+PUBLIC = frozenset({"/healthz", "/readyz", "/", "/favicon.ico"})  # and /static/...: the demo page itself
+OPERATIONS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+
+def owner_of(key: str) -> str:
+    """The id a key's jobs and rate-limit bucket are stored under; the key itself is never stored."""
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The token of an `Authorization: Bearer TOKEN` header, or ''."""
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return ""
+
+
+class Access:
+    """API keys (TRANSFORMER_API_KEYS): which paths need one, and whether a request may pass."""
+
+    def __init__(self, settings: ServiceSettings, queue: TaskQueue) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.keys = settings.keys()
+
+    def needs_key(self, path: str) -> bool:
+        if not self.keys or path in PUBLIC or path.startswith("/static/"):
+            return False
+        return self.settings.ops_need_key or path not in OPERATIONS
+
+    async def check(self, path: str, headers: Iterable[tuple[bytes, bytes]], address: str) -> str | None:
+        """The owner id of the request's key (None where no key is needed); Unauthorized or TooManyRequests."""
+        if not self.needs_key(path):
+            return None
+        failures = f"auth:{address}"
+        per_minute = self.settings.auth_failures_per_minute
+        wait = await self.queue.throttle(failures, per_minute, take=False)
+        if wait > 0:  # a client guessing keys: refused before its guess is even looked at
+            raise TooManyRequests("too many requests with a wrong API key from this address",
+                                  retry_after=math.ceil(wait))
+        token = bearer_token(headers).encode()
+        key = next((k for k in self.keys if hmac.compare_digest(k.encode(), token)), None)
+        if key is None:
+            await self.queue.throttle(failures, per_minute, take=True)
+            raise Unauthorized("a valid API key is required: send 'Authorization: Bearer KEY'")
+        owner, limit = owner_of(key), self.keys[key]
+        if limit and (wait := await self.queue.throttle(f"key:{owner}", limit, take=True)) > 0:
+            raise TooManyRequests(f"rate limit of {limit} requests per minute reached for this key",
+                                  retry_after=math.ceil(wait))
+        return owner

@@ -1,0 +1,70 @@
+"""The Lua scripts the Redis queue runs, each one atomic step that a MULTI block could not express because
+it depends on what is stored."""
+
+from __future__ import annotations
+
+# KEYS: job, results, done, stream. ARGV: status, error, error kind, done, ttl, group, entry id, then one
+# Output JSON per text. Answers only a task still queued or running (the first answer wins; a cancelled job or an
+# abandoned request stays as it is), then acknowledges and deletes the stream entry either way.
+FINISH = """
+local status = redis.call('HGET', KEYS[1], 'status')
+local answered = 0
+if status == 'queued' or status == 'running' then
+  redis.call('DEL', KEYS[2])
+  for i = 8, #ARGV, 1000 do
+    redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'error_kind', ARGV[3], 'done', ARGV[4])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  if #ARGV >= 8 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+  redis.call('RPUSH', KEYS[3], 1)
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+  answered = 1
+end
+if ARGV[7] ~= '' then
+  redis.call('XACK', KEYS[4], ARGV[6], ARGV[7])
+  redis.call('XDEL', KEYS[4], ARGV[7])
+end
+return answered
+"""
+
+# KEYS: job. ARGV: worker name. Marks a queued task running (never a cancelled or ended one).
+START = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'queued' or status == 'running' then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: job. ARGV: texts done. Progress never goes back (a reclaimed job starts over on another worker).
+PROGRESS = """
+if tonumber(redis.call('HGET', KEYS[1], 'done') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'done', ARGV[1])
+end
+return 0
+"""
+
+# KEYS: bucket. ARGV: tokens per minute (also the capacity), 1 to take a token or 0 to look.
+# Returns the milliseconds to wait for a token, as a string ("0": one was there). Redis's clock, so that
+# every API process sees the same buckets.
+THROTTLE = """
+local capacity = tonumber(ARGV[1])
+local rate = capacity / 60000.0
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ms')
+local tokens = tonumber(state[1]) or capacity
+local last = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - last) * rate)
+local wait = 0
+if tokens >= 1 then
+  if ARGV[2] == '1' then tokens = tokens - 1 end
+else
+  wait = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ms', tostring(now))
+redis.call('PEXPIRE', KEYS[1], 120000)
+return tostring(wait)
+"""

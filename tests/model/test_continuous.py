@@ -1,0 +1,160 @@
+"""Continuous batching (BeamLoop): sentences join a running search and leave it at every step, each with its
+own options, and every sentence's output and score equal its search alone."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from model.beam import BeamLoop, Hypothesis, search_all
+from model.config import DecodingConfig
+from tests.conftest import SPECIAL
+from tests.model.test_beam import biased_model, sources
+
+OPTION_SETS: list[dict[str, Any]] = [
+    {},
+    {"length_penalty": 1.0, "length_penalty_form": "average"},
+    {"n_best": 3, "max_len_a": 0.0, "max_len_b": 9},
+    {"min_length": 5, "max_len_b": 4},
+    {"no_repeat_ngram_size": 2, "max_len_b": 12},
+    {"early_stopping": False, "length_penalty": 1.2},
+    {"max_len_a": 0.0, "max_len_b": 1},
+    {"no_repeat_ngram_size": 3, "n_best": 2, "early_stopping": False},
+]
+
+
+def alone(model: Any, src: list[int], cfg: DecodingConfig) -> list[Hypothesis]:
+    [hyps] = search_all(model, [src], [cfg], SPECIAL)
+    return hyps
+
+
+def assert_same(got: list[Hypothesis], want: list[Hypothesis]) -> None:
+    assert [h.tokens for h in got] == [h.tokens for h in want]
+    for a, b in zip(got, want, strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-4)
+        assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+
+
+def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]]
+                      ) -> tuple[dict[int, list[Hypothesis]], dict[int, int]]:
+    """Admit arrivals[step] before that step; returns each tag's n-best and the loop size it left from."""
+    out: dict[int, list[Hypothesis]] = {}
+    company: dict[int, int] = {}
+    step = 0
+    while loop or any(s >= step for s in arrivals):
+        batch = arrivals.get(step, [])
+        loop.admit([b[1] for b in batch], [b[2] for b in batch], [b[0] for b in batch])
+        if loop:
+            size = len(loop)
+            for s in loop.step():
+                out[int(str(s.tag))] = s.n_best()
+                company[int(str(s.tag))] = size
+        step += 1
+    return out, company
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@torch.no_grad()
+def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int) -> None:
+    model = biased_model(eos_bias=4.0, seed=seed)
+    rng = random.Random(seed)
+    srcs = sources([2, 14, 3, 9, 11, 5, 16, 4, 7, 12], seed=seed)
+    arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]] = {}
+    cfgs = {}
+    for tag, src in enumerate(srcs):
+        cfg = DecodingConfig(beam_size=3, **{**OPTION_SETS[tag % len(OPTION_SETS)]})
+        cfg = DecodingConfig(**{**cfg.__dict__, "n_best": min(cfg.n_best, 3)})
+        cfgs[tag] = cfg
+        arrivals.setdefault(rng.choice([0, 0, 1, 2, 3, 5, 8]), []).append((tag, src, cfg))
+    got, company = run_with_arrivals(BeamLoop(model, SPECIAL, 3), arrivals)
+    assert sorted(got) == list(range(len(srcs)))
+    assert max(company.values()) > 1, "sentences should have shared the loop"
+    for tag, src in enumerate(srcs):
+        assert_same(got[tag], alone(model, src, cfgs[tag]))
+
+
+@torch.no_grad()
+def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone() -> None:
+    """Very different lengths: a 2-token source joins at step 20 a 30-token source decoding up to 60 tokens."""
+    model = biased_model(eos_bias=-3.0, seed=3, max_len=128)
+    long, short = sources([30, 2], seed=7)
+    long_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=60, min_length=40)
+    short_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=25, n_best=2, no_repeat_ngram_size=2)
+    got, _ = run_with_arrivals(BeamLoop(model, SPECIAL, 4), {0: [(0, long, long_cfg)], 20: [(1, short, short_cfg)]})
+    assert len(got[0][0].tokens) >= 40
+    assert_same(got[0], alone(model, long, long_cfg))
+    assert_same(got[1], alone(model, short, short_cfg))
+
+
+@torch.no_grad()
+def test_dropped_sentences_leave_and_the_rest_is_unchanged() -> None:
+    model = biased_model(eos_bias=1.0, seed=4)
+    srcs = sources([6, 12, 3, 9], seed=2)
+    cfg = DecodingConfig(beam_size=2, max_len_b=10, early_stopping=False)
+    loop = BeamLoop(model, SPECIAL, 2)
+    loop.admit(srcs, [cfg] * 4, [0, 1, 2, 3])
+    out: dict[int, list[Hypothesis]] = {}
+    for s in loop.step():
+        out[int(str(s.tag))] = s.n_best()
+    gone = loop.drop({1, 3})
+    assert {s.tag for s in gone} <= {1, 3} and len(loop) <= 2
+    while loop:
+        for s in loop.step():
+            out[int(str(s.tag))] = s.n_best()
+    assert set(out) <= {0, 2} | {s.tag for s in gone} and {0, 2} <= set(out)
+    for tag in (0, 2):
+        assert_same(out[tag], alone(model, srcs[tag], cfg))
+
+
+@torch.no_grad()
+def test_first_step_with_k_rows_per_sentence_keeps_one_live_hypothesis() -> None:
+    """A new sentence's extra beams start at -inf, so its first step ranks one row's candidates only."""
+    model = biased_model(seed=5)
+    loop = BeamLoop(model, SPECIAL, 4)
+    loop.admit(sources([5], seed=1), [DecodingConfig(beam_size=4, max_len_b=3)], ["x"])
+    assert loop.scores[0, 0] == 0 and all(math.isinf(v) for v in loop.scores[0, 1:].tolist())
+    loop.step()
+    assert len(loop) == 0 or torch.isfinite(loop.scores).all()
+
+
+@pytest.fixture
+def nan_filled_memory() -> Iterator[None]:
+    """Uninitialized tensors (torch.empty) filled with NaN, so that reading memory never written shows."""
+    import torch.utils.deterministic
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.utils.deterministic.fill_uninitialized_memory = before[1]
+
+
+@torch.no_grad()
+@pytest.mark.usefixtures("nan_filled_memory")
+def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9() -> None:
+    """In float64, rounding cannot flip near-ties: 120 sentences taking the rows others free (6 at most), with
+    output limits of 20 to 60 tokens, each equal to its search alone in tokens and to 1e-9 in score. (In float32
+    the different shapes round differently, and random weights have near-ties that then break either way.)
+    Memory never written reads as NaN here: a row must never read (even masked) a position nobody wrote."""
+    model = biased_model(eos_bias=-2.0, seed=3, max_len=128).double()
+    rng = random.Random(0)
+    srcs = sources([rng.randint(2, 20) for _ in range(120)], seed=9)
+    cfgs = [DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=20 + 7 * i % 41, **OPTION_SETS[i % 2])
+            for i in range(len(srcs))]
+    loop, waiting, got, joined = BeamLoop(model, SPECIAL, 4), list(range(len(srcs))), {}, 0
+    while waiting or loop:
+        take, waiting = waiting[:6 - len(loop)], waiting[6 - len(loop):]
+        joined += len(take) if loop else 0
+        loop.admit([srcs[i] for i in take], [cfgs[i] for i in take], take)
+        got.update((int(str(s.tag)), s.n_best()) for s in loop.step())
+    assert joined > 50, "most sentences should join a running search"
+    for i, src in enumerate(srcs):
+        want = alone(model, src, cfgs[i])
+        assert [h.tokens for h in got[i]] == [h.tokens for h in want]
+        assert got[i][0].score == pytest.approx(want[0].score, abs=1e-9)

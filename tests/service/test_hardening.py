@@ -1,0 +1,268 @@
+"""Attacks of a hostile or careless client on the embedded service, through real HTTP (uvicorn): each test
+reproduces one and asserts that its outcome is bounded (issue: no single request can exhaust memory, a
+worker or the event loop; jobs belong to their key)."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from model.translator import Translator
+from service.settings import ServiceSettings
+from tests.conftest import make_sentences
+from tests.service.conftest import Server, wait_until
+
+KEY_A, KEY_B = "key-a-0123456789abcdef", "key-b-0123456789abcdef"
+A, B = {"Authorization": f"Bearer {KEY_A}"}, {"Authorization": f"Bearer {KEY_B}"}
+LONG_TEXT = " ".join(make_sentences(40, seed=31))  # far over 512 tokens
+
+
+def rss_mib() -> float:
+    return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
+
+
+def send_chunked(port: int, path: str, headers: dict[str, str], total: int, chunk: int = 1 << 20) -> tuple[str, int]:
+    """POST a chunked body of `total` bytes, stopping as soon as the server answers or closes; returns the
+    status line and the bytes sent by then."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                 f"Transfer-Encoding: chunked\r\n{lines}\r\n".encode())
+    data = b'{"q": "' + b"a" * (chunk - 7)
+    piece = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+    sent = 0
+    try:
+        while sent < total and not select.select([sock], [], [], 0)[0]:
+            sock.sendall(piece)
+            sent += len(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    sock.settimeout(10)
+    status = sock.recv(65536).split(b"\r\n")[0].decode()
+    sock.close()
+    return status, sent
+
+
+def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text[:500]
+    body = r.json()
+    assert set(body) == {"error"}
+    return dict(body["error"])
+
+
+# -- 1. answered results are not kept; /attention is capped and rounded ---------------------------------
+
+def test_answers_are_forgotten_and_memory_stays_bounded(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy()
+    queue = server.app.state.service.memory
+    # The largest /attention the default limit of 1,000,000 weights allows on this model: 200 tokens in,
+    # 200 out, every kind, layer and head (8 x (201 x 200 + 200 x 200 + 201 x 201) = 965,608 weights).
+    tokenizer = server.app.state.service.registry.get("long").tokenizer
+    words = LONG_TEXT.split()
+    n = max(i for i in range(len(words)) if len(tokenizer.encode_source(" ".join(words[:i]))) <= 200)
+    body = {"q": " ".join(words[:n]), "model": "long", "max_length": 200}
+    first = httpx.post(f"{server.url}/attention", json=body, timeout=120)
+    assert first.status_code == 200, first.text[:300]
+    a = first.json()
+    S, T = len(a["source_tokens"]), len(a["target_tokens"])
+    assert 195 < S <= 200 and T == 201
+    weights = 2 * 4 * (T * S + S * S + T * T)  # layers x heads x (cross, encoder, decoder)
+    assert len(first.content) < 6 * weights  # "0.004," is 6 characters; unrounded floats took about 19
+    assert all(len(repr(w)) <= 5 for w in a["cross"][1][3][7])  # rounded for real: 0.158, not 0.15800000727
+    before = rss_mib()
+    for _ in range(20):
+        assert httpx.post(f"{server.url}/attention", json=body, timeout=120).status_code == 200
+    grown = rss_mib() - before
+    assert queue.entries == {}  # nothing kept once answered
+    assert grown < 60, f"RSS grew {grown:.0f} MiB over 20 answers of {len(first.content) >> 20} MiB each"
+
+
+def test_attention_over_its_cell_limit_is_refused_and_can_be_narrowed(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy()
+    big = {"q": LONG_TEXT, "model": "long", "truncate": True}  # 512 in, up to 511 out
+    err = error_of(httpx.post(f"{server.url}/attention", json=big, timeout=60), 413)
+    assert err["code"] == "too_costly" and "TRANSFORMER_MAX_ATTENTION_CELLS" in err["message"]
+    narrow = {**big, "kinds": ["cross"], "layers": [1], "heads": [0, 2], "max_length": 100}
+    r = httpx.post(f"{server.url}/attention", json=narrow, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    a = r.json()
+    assert a["encoder"] is None and a["decoder"] is None
+    assert len(a["cross"]) == 1 and len(a["cross"][0]) == 2 and len(a["cross"][0][0]) == 101
+    for bad, field in (({"layers": [2]}, "layers"), ({"heads": [4]}, "heads")):
+        err = error_of(httpx.post(f"{server.url}/attention", json={**narrow, **bad}), 422)
+        assert field in err["message"]
+
+
+def test_costly_requests_are_refused_naming_the_limit(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy()
+    texts = [LONG_TEXT] * 16
+    err = error_of(httpx.post(f"{server.url}/translate", json={"q": texts, "model": "long", "truncate": True,
+                                                               "beam_size": 8}, timeout=60), 413)
+    assert err["code"] == "too_costly" and "TRANSFORMER_MAX_REQUEST_COST" in err["message"]
+    err = error_of(httpx.post(f"{server.url}/jobs", json={"texts": texts * 100, "model": "long", "truncate": True,
+                                                          "beam_size": 8}, timeout=60), 413)
+    assert "TRANSFORMER_MAX_JOB_COST" in err["message"]
+
+
+# -- 3. bodies: every transfer encoding, keys before bodies -----------------------------------------
+
+def test_chunked_bodies_are_limited_and_keys_checked_before_reading(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(api_keys=KEY_A)
+    before = rss_mib()
+    status, sent = send_chunked(server.port, "/translate", {}, 400 << 20)  # no key
+    assert status.startswith("HTTP/1.1 401"), status
+    assert sent < 32 << 20, f"{sent >> 20} MiB read before the 401"
+    status, sent = send_chunked(server.port, "/translate", A, 400 << 20)
+    assert status.startswith("HTTP/1.1 413"), status
+    assert sent < 32 << 20, f"{sent >> 20} MiB read before the 413"
+    assert rss_mib() - before < 100
+
+
+def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy()
+    hostile = json.dumps({"q": [1] * 1_000_000}, separators=(",", ":")).encode()  # 2 MB
+    assert len(hostile) < ServiceSettings().max_body_bytes
+    worst: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=server.url) as client:
+            while not done.is_set():
+                start = time.perf_counter()
+                assert client.get("/healthz").status_code == 200
+                worst.append(time.perf_counter() - start)
+                time.sleep(0.01)
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            for _ in range(5):
+                r = client.post("/translate", content=hostile, headers={"content-type": "application/json"})
+                err = error_of(r, 413)
+                assert "JSON values" in err["message"] and len(r.content) < 1000
+            # Within the value bound, a list over the schema's cap stops validation early, with few errors.
+            r = client.post("/translate", json={"q": [1] * 5000})
+            assert error_of(r, 422)["code"] == "invalid_request" and len(r.content) < 2000
+    finally:
+        done.set()
+        prober.join()
+    assert max(worst) < 1.0, f"/healthz took {max(worst):.2f} s under the hostile bodies"
+
+
+# -- 5. deadlines and cancellation ------------------------------------------------------------------------
+
+def test_no_work_after_a_504(serve_heavy: Callable[..., Server], heavy_dir: Path) -> None:
+    server = serve_heavy(request_timeout_s=1.0, max_request_cost=10**12)
+    texts = make_sentences(32, seed=32, min_words=20, max_words=25)
+    heavy = {"q": texts, "model": "slow", "beam_size": 8, "max_length": 400}  # many seconds of decoding
+    r = httpx.post(f"{server.url}/translate", json=heavy, timeout=30)
+    assert error_of(r, 504)["code"] == "timeout"
+    # The worker lets go of it at its next step: a small request right after is answered in time.
+    small = {"q": "kalo mine", "model": "slow", "max_length": 5}
+    r = httpx.post(f"{server.url}/translate", json=small, timeout=30)
+    assert r.status_code == 200, r.text
+    want = Translator.load(heavy_dir / "slow", device="cpu").translate(["kalo mine"], max_len_a=0, max_len_b=5)
+    assert r.json()["translatedText"] == want[0].text
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "transformer_in_flight_tasks 0" in metrics and "transformer_queue_depth 0" in metrics
+
+
+def test_a_cancelled_job_stops(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(max_job_cost=10**12, max_batch_size=4, api_keys=f"{KEY_A},{KEY_B}")
+    texts = make_sentences(64, seed=33, min_words=20, max_words=25)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300},
+                     headers=A).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "running", 60)
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "transformer_in_flight_tasks 1" in metrics and "transformer_in_flight_texts 64" in metrics
+    assert error_of(httpx.delete(f"{server.url}/jobs/{job['id']}", headers=B), 404)["code"] == "not_found"
+    r = httpx.delete(f"{server.url}/jobs/{job['id']}", headers=A)
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    cancelled = httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()
+    assert cancelled["status"] == "cancelled" and cancelled["results"] is None
+    wait_until(lambda: "transformer_in_flight_tasks 0" in httpx.get(f"{server.url}/metrics").text, 10)
+    done = cancelled["progress"]["done"]
+    time.sleep(1.0)
+    assert httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["progress"]["done"] == done
+
+
+# -- 7. invalid Unicode ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/translate", '{"q": "ok \\ud800"}', "q"),
+    ("/translate", '{"q": ["fine", "\\udfff x"]}', "q.1"),
+    ("/translate", '{"q": "ok", "source": "\\ud800"}', "source"),
+    ("/translate", '{"q": "ok", "target": "de\\udc00"}', "target"),
+    ("/jobs", '{"texts": ["a", "\\ud83d"]}', "texts.1"),
+    ("/attention", '{"q": "\\ud800"}', "q"),
+])
+def test_lone_surrogates_get_422(serve_heavy: Callable[..., Server], path: str, body: str, field: str) -> None:
+    server = serve_heavy()
+    r = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"content-type": "application/json"})
+    err = error_of(r, 422)
+    assert "lone surrogate" in err["message"], err
+    assert [d["field"] for d in err["details"]] == [field], err
+
+
+# -- 8. ownership, rate limits, failed keys -----------------------------------------------------------------
+
+def test_jobs_belong_to_their_key(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(api_keys=f"{KEY_A},{KEY_B}")
+    job = httpx.post(f"{server.url}/jobs", json={"texts": ["kalo", "mine"], "model": "long", "max_length": 3},
+                     headers=A).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "done", 60)
+    assert error_of(httpx.get(f"{server.url}/jobs/{job['id']}", headers=B), 404)["code"] == "not_found"
+    page = httpx.get(f"{server.url}/jobs/{job['id']}?offset=1&limit=1", headers=A).json()
+    assert page["offset"] == 1 and len(page["results"]) == 1 and page["next_offset"] is None
+    first = httpx.get(f"{server.url}/jobs/{job['id']}?limit=1", headers=A).json()
+    assert first["next_offset"] == 1 and first["results"][0]["text"] != ""
+    err = error_of(httpx.get(f"{server.url}/jobs/{job['id']}?limit=100000", headers=A), 422)
+    assert "limit" in err["message"]
+    assert httpx.delete(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "done"
+    assert httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).status_code == 404  # deleted
+
+
+def test_failed_keys_are_throttled_per_address(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(api_keys=KEY_A, auth_failures_per_minute=3)
+    wrong = {"Authorization": "Bearer wrong-key-0123456789"}
+    for _ in range(3):
+        assert httpx.get(f"{server.url}/models", headers=wrong).status_code == 401
+    r = httpx.get(f"{server.url}/models", headers=A)  # even the right key: the address is guessing
+    assert error_of(r, 429)["code"] == "too_many_requests"
+    assert 15 <= int(r.headers["retry-after"]) <= 20  # 3 a minute: the next in 20 s
+
+
+def test_short_keys_are_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="at least 16"):
+        ServiceSettings(api_keys="short-key")
+    with pytest.raises(ValueError, match="key 2 has 4 characters") as e:
+        ServiceSettings(api_keys="0123456789abcdef-ok,tiny")
+    assert "tiny" not in str(e.value) and "0123456789abcdef-ok" not in str(e.value)  # keys never echoed
+
+
+# -- 9. headers, hosts, operations behind a key --------------------------------------------------------
+
+def test_security_headers_hosts_and_operations_behind_a_key(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(api_keys=KEY_A, ops_need_key=True, allowed_hosts="example.org,*.example.com")
+    for host in ("example.org", "api.example.com:8000"):
+        for path in ("/", "/healthz", "/static/app.js", "/nowhere"):
+            r = httpx.get(f"{server.url}{path}", headers={"host": host})
+            assert r.status_code == (401 if path == "/nowhere" else 200)  # unknown paths need a key too
+            assert r.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
+            assert r.headers["x-content-type-options"] == "nosniff"
+            assert r.headers["referrer-policy"] == "no-referrer" and r.headers["x-frame-options"] == "DENY"
+    r = httpx.get(f"{server.url}/", headers={"host": "evil.test"})
+    assert error_of(r, 400)["code"] == "bad_request" and "content-security-policy" in r.headers
+    assert httpx.get(f"{server.url}/healthz", headers={"host": "10.1.2.3:8000"}).status_code == 200  # probes
+    for path in ("/metrics", "/docs", "/openapi.json"):
+        assert httpx.get(f"{server.url}{path}", headers={"host": "example.org"}).status_code == 401
+        assert httpx.get(f"{server.url}{path}", headers={"host": "example.org", **A}).status_code == 200
