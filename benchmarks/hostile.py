@@ -21,10 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,44 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import log  # noqa: E402
-from benchmarks.serve import build_model, made_up_text  # noqa: E402
+from benchmarks.serve import ServerProcess, build_model, made_up_text  # noqa: E402
 from model.checkpoint import read_meta  # noqa: E402
 from model.config import DecodingConfig  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
 
 
-class Server:
-    """`transformer serve` in a process of its own, on a free port."""
-
-    def __init__(self, models: Path, **settings: str) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
-               "TRANSFORMER_REQUEST_TIMEOUT_S": "3600", **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()}}
-        env.pop("REDIS_URL", None)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def __enter__(self) -> Server:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz").status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("the server did not become ready")
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-    def rss_mib(self) -> float:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(status.split("VmRSS:")[1].split()[0]) / 1024
+def server_at(models: Path) -> ServerProcess:
+    """`transformer serve` for a models directory, with no time limit on requests."""
+    return ServerProcess(models, {"request_timeout_s": "3600"})
 
 
 def words_for(tokenizer: Tokenizer, words: list[str], tokens: int) -> str:
@@ -96,7 +64,7 @@ def memory(model_dir: Path, requests: int, translate_requests: int) -> dict[str,
     tokenizer = Tokenizer(model_dir, read_meta(model_dir).tokenizer)
     words = " ".join(made_up_text(2000, seed=5)).split()
     out: dict[str, Any] = {}
-    with Server(model_dir.parent) as server, httpx.Client(base_url=server.url, timeout=3600) as client:
+    with server_at(model_dir.parent) as server, httpx.Client(base_url=server.url, timeout=3600) as client:
         out["rss_start_mib"] = server.rss_mib()
         text = " ".join(words[:1200])[:5000]
         source = min(len(tokenizer.encode_source(text)), 512)
@@ -139,7 +107,7 @@ def hostile_bodies(limit: int) -> dict[str, bytes]:
 
 
 async def healthz_under_attack(model_dir: Path, attackers: int, seconds: float) -> dict[str, Any]:
-    with Server(model_dir.parent) as server:
+    with server_at(model_dir.parent) as server:
         bodies = hostile_bodies(4 * 1024 * 1024)
         latencies: list[float] = []
         answered: dict[int, int] = {}
@@ -199,7 +167,7 @@ def worker_seconds(model_dir: Path) -> dict[str, Any]:
     cost = 64 * 8 * limit * (source + limit)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "m").symlink_to(model_dir.resolve())
-        with Server(Path(tmp)) as server, httpx.Client(base_url=server.url, timeout=3600) as client:
+        with server_at(Path(tmp)) as server, httpx.Client(base_url=server.url, timeout=3600) as client:
             start = time.perf_counter()
             r = client.post("/translate", json={"q": [text] * 64, "beam_size": 8, "max_length": limit,
                                                 "min_length": limit})

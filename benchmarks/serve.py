@@ -122,19 +122,18 @@ def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: 
 
 
 class ServerProcess:
-    """`transformer serve` in its own process on a free port."""
+    """`transformer serve` (embedded queue) in its own process on a free port, with TRANSFORMER_* settings;
+    root: another checkout's code (e.g. the last release, for before/after)."""
 
-    def __init__(self, models: Path, batch_size: int, args: argparse.Namespace, root: Path | None = None) -> None:
+    def __init__(self, models: Path, settings: dict[str, str], root: Path | None = None) -> None:
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
-               "TRANSFORMER_THREADS": str(args.server_threads or args.threads), "TRANSFORMER_DEVICE": args.device,
-               "TRANSFORMER_MAX_BATCH_SIZE": str(batch_size), "TRANSFORMER_MAX_QUEUE": "100000",
-               "TRANSFORMER_MAX_BATCH_TOKENS": "1000000", "TRANSFORMER_REQUEST_TIMEOUT_S": "600"}
+               **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()}}
         env.pop("REDIS_URL", None)
-        if root is not None:  # another checkout's code (e.g. the last release, for before/after)
+        if root is not None:
             env["PYTHONPATH"] = str(root)
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, cwd=root,
@@ -154,6 +153,10 @@ class ServerProcess:
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+    def rss_mib(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0]) / 1024
 
 
 class Connection:
@@ -221,7 +224,10 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
     """One server, driven by each number of clients in turn; with ceiling, the offline engine is measured
     before every level and after the last, so that each level has its ceiling from the minutes around it."""
     out = []
-    with ServerProcess(models, batch_size, args, root) as server:
+    settings = {"threads": str(args.server_threads or args.threads), "device": args.device,
+                "max_batch_size": str(batch_size), "max_queue": "100000", "max_batch_tokens": "1000000",
+                "request_timeout_s": "600"}
+    with ServerProcess(models, settings, root) as server:
         for n in args.clients:
             if ceiling is not None:
                 out.append(ceiling(n))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from model.errors import ConfigError
+
+T = TypeVar("T")
 
 Norm = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swish"]
@@ -81,14 +83,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"unknown model config keys: {unknown}")
-        try:
-            return cls(**data)
-        except TypeError as e:
-            raise ConfigError(str(e)) from e
+        return _from_dict(cls, data, "model config keys")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -139,11 +134,7 @@ class DecodingConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DecodingConfig:
         """From plain JSON values (banned_ids as a list); unknown names are errors."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"unknown decoding options: {unknown}")
-        return cls(**{**data, "banned_ids": tuple(data.get("banned_ids", ()))})
+        return _from_dict(cls, {**data, "banned_ids": tuple(data.get("banned_ids", ()))}, "decoding options")
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "banned_ids": list(self.banned_ids)}
@@ -162,6 +153,17 @@ class DecodingConfig:
         if self.length_penalty_form == "gnmt":
             return float(((5.0 + length) / 6.0) ** self.length_penalty)
         return float(length**self.length_penalty)
+
+
+def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
+    """A config dataclass from a dict whose keys must all be its fields."""
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+    if unknown:
+        raise ConfigError(f"unknown {what}: {unknown}")
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise ConfigError(str(e)) from e
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
