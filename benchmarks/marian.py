@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402
 from common import EOS, SHAPES, UNK, log  # noqa: E402
 
-from model.marian import _layer_map, marian_config  # noqa: E402
+from model.marian import marian_config, tensor_map  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.data import Pair  # noqa: E402
@@ -148,14 +148,9 @@ def export(model: Transformer, hf: Any) -> list[str]:
     tensors not copied (its fixed sinusoidal positions, which equal ours)."""
     ours = dict(model.named_parameters())
     theirs = hf.state_dict()
-    mapping: dict[str, list[str]] = {}
-    for i in range(model.cfg.N):
-        mapping.update(_layer_map("encoder", i, cross=False))
-    for i in range(model.cfg.n_dec):
-        mapping.update(_layer_map("decoder", i, cross=True))
     copied = set()
     with torch.no_grad():
-        for name, parts in mapping.items():
+        for name, parts in tensor_map(model.cfg).items():
             for part, tensor in zip(parts, ours[name].chunk(len(parts)), strict=True):  # q | k | v along dim 0
                 theirs[part].copy_(tensor)
                 copied.add(part)

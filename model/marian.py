@@ -67,6 +67,16 @@ def _layer_map(side: str, i: int, cross: bool) -> dict[str, list[str]]:
     return m
 
 
+def tensor_map(cfg: ModelConfig) -> dict[str, list[str]]:
+    """Every layer's tensors: our name -> the Marian tensors concatenated (along dim 0) to make it."""
+    mapping: dict[str, list[str]] = {}
+    for i in range(cfg.N):
+        mapping.update(_layer_map("encoder", i, cross=False))
+    for i in range(cfg.n_dec):
+        mapping.update(_layer_map("decoder", i, cross=True))
+    return mapping
+
+
 def _first(f: Any, names: list[str], path: Path) -> torch.Tensor:
     for name in names:
         if name in f.keys():  # noqa: SIM118 - a safetensors handle is no dict
@@ -81,12 +91,8 @@ def convert_weights(cfg: ModelConfig, path: Path) -> Transformer:
     ours = dict(model.named_parameters())
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            mapping = {}
-            for i in range(cfg.N):
-                mapping.update(_layer_map("encoder", i, cross=False))
-            for i in range(cfg.n_dec):
-                mapping.update(_layer_map("decoder", i, cross=True))
-            tensors = {name: torch.cat([_first(f, [hf], path) for hf in parts]) for name, parts in mapping.items()}
+            tensors = {name: torch.cat([_first(f, [hf], path) for hf in parts])
+                       for name, parts in tensor_map(cfg).items()}
             shared = ["model.shared.weight", "model.encoder.embed_tokens.weight"]
             tensors["src_embed.tokens.weight"] = _first(f, shared, path)
             if not cfg.share_embeddings:

@@ -132,11 +132,11 @@ class Translator:
         cfg = self.decoding_config(config, **options)
         ids = self.encode(texts, truncate)
         results: list[Translation | None] = [None] * len(ids)
-        for i, nbest in self.search_all(ids, cfg, max_batch_size, max_batch_tokens):
+        for i, nbest in self.search_refilled(ids, cfg, max_batch_size, max_batch_tokens):
             results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
         return [r for r in results if r is not None]
 
-    def search_all(self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32,
+    def search_refilled(self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32,
                    max_tokens: int = 8192) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(index, n-best) of every source, as each finishes: one continuous search, shortest sources first,
         holding at most max_size sentences and max_tokens source tokens (padding counted), refilled as

@@ -31,6 +31,11 @@ class Item:
         return (self.task.id, self.index)
 
     @property
+    def loop_key(self) -> tuple[str, int]:
+        """The running search it goes to: its model and beam size."""
+        return (self.task.model, self.task.options.beam_size)
+
+    @property
     def interactive(self) -> bool:
         return self.task.kind == "request"
 

@@ -18,7 +18,7 @@ from service.settings import ServiceSettings
 from service.tasks import Task, TaskResult
 
 log = logging.getLogger("service")
-LoopKey = tuple[str, int]  # model, beam size
+LoopKey = tuple[str, int]  # model, beam size (Item.loop_key)
 PROGRESS_EVERY_S = 0.5  # how often a job's progress is written
 ADMIT_TOGETHER = 8  # while busy, texts join once 1/8 of max_batch_size (or of the free rows) are waiting,
 ADMIT_WAIT_STEPS = 3  # or after this many steps
@@ -163,7 +163,7 @@ class Worker:
 
         def fits(item: Item) -> bool:
             nonlocal count
-            key = (item.task.model, item.task.options.beam_size)
+            key = item.loop_key
             n, longest = tokens.get(key, (0, 0))
             longest = max(longest, len(item.ids))
             other = sum(a * b for k, (a, b) in tokens.items() if k != key)
@@ -175,7 +175,7 @@ class Worker:
 
         by_loop: dict[LoopKey, list[Item]] = {}
         for item in self.pool.take(fits):
-            by_loop.setdefault((item.task.model, item.task.options.beam_size), []).append(item)
+            by_loop.setdefault(item.loop_key, []).append(item)
         for key, items in by_loop.items():
             loop = self.loops.get(key)
             if loop is None:
@@ -215,7 +215,7 @@ class Worker:
         """Answer every task with a text in this loop with an error; the loop starts over empty."""
         del self.loops[key]
         failed = {item.task.id: item.task for item in self.live.values()
-                  if (item.task.model, item.task.options.beam_size) == key}
+                  if item.loop_key == key}
         self.live = {tag: item for tag, item in self.live.items() if item.task.id not in failed}
         for task in failed.values():
             self.pool.drop(task.id)
