@@ -85,7 +85,8 @@ def pad_batch(batch: Sequence[Sequence[int]], pad: int, device: torch.device | s
 
 
 class BeamLoop:
-    """The live rows of a beam search with beam size k: k rows per sentence, sentences in admission order.
+    """The live rows of a beam search with beam size k: k rows per sentence (in no particular order: a
+    sentence that leaves gives its place to the last one).
 
     admit() encodes new sentences and adds their rows; step() decodes one token for every row and returns
     the sentences that finished; drop() removes sentences nobody waits for.
@@ -118,7 +119,9 @@ class BeamLoop:
         src, mask = pad_batch(sources, self.special.pad, self.device)
         memory, _ = self.model.encode(src, mask)
         limits = [cfg.output_limit(len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
-        new = self.model.start_cache(memory, mask, capacity=min(max(limits) + 1, JOIN_ROOM), beams=self.k)  # grows
+        # Joining sentences take free rows of the running cache's buffers: their own start with no room.
+        capacity = min(max(limits) + 1, JOIN_ROOM) if self.cache is None else 0  # grows as needed
+        new = self.model.start_cache(memory, mask, capacity=capacity, beams=self.k)
         B = len(sources)
         history = torch.full((B * self.k, 1), self.special.decoder_start, dtype=torch.long, device=self.device)
         scores = torch.full((B, self.k), -math.inf, device=self.device, dtype=self.dtype)
@@ -134,18 +137,18 @@ class BeamLoop:
     def step(self) -> list[Sentence]:
         """Decode one token for every row; return the sentences whose search ended, removed from the loop."""
         assert self.cache is not None and self.sentences, "step() needs sentences"
-        steps = torch.tensor([s.step for s in self.sentences], device=self.device).repeat_interleave(self.k)  # (R,)
-        last = self.history.gather(1, steps[:, None])[:, 0]  # (R,) each row's latest id
-        logits, self.cache = self.model.step(last, self.cache)
+        logits, self.cache = self.model.step(self._latest(), self.cache)
         logp = torch.log_softmax(logits.to(self.dtype), dim=-1)  # (R, V)
-        self._constrain(logp, steps)
+        self._constrain(logp)
         best = self._candidates(logp)
         done = self._record_ended(Candidates.of(best.top, best.token, best.row, best.go_on_log_prob, self.k))
         ended = [self.sentences[b] for b in sorted(done)]
-        keep = [b for b in range(len(self.sentences)) if b not in done]
-        index = steps.new_tensor(keep)
-        self._keep(keep, best.go_on_row.index_select(0, index).flatten(),
-                   best.go_on_token.index_select(0, index).flatten(), best.go_on_log_prob.index_select(0, index))
+        keep = survivors(len(self.sentences), done)
+        row, token, log_prob = best.go_on_row, best.go_on_token, best.go_on_log_prob  # (B, k) each
+        if done:
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
+            row, token, log_prob = (x.index_select(0, index) for x in (row, token, log_prob))
+        self._keep(keep, row.flatten(), token.flatten(), log_prob)
         for s in self.sentences:
             s.step += 1
         return ended
@@ -153,14 +156,22 @@ class BeamLoop:
     @torch.inference_mode()
     def drop(self, tags: set[Hashable]) -> list[Sentence]:
         """Remove the sentences with these tags; returns them."""
-        keep = [b for b, s in enumerate(self.sentences) if s.tag not in tags]
+        keep = survivors(len(self.sentences), {b for b, s in enumerate(self.sentences) if s.tag in tags})
         gone = [s for s in self.sentences if s.tag in tags]
         if gone:
             rows = torch.arange(len(self.sentences) * self.k, device=self.device).view(-1, self.k)[keep].flatten()
             self._keep(keep, rows, None, self.scores[keep])
         return gone
 
-    def _constrain(self, logp: Tensor, steps: Tensor) -> None:
+    def _latest(self) -> Tensor:
+        """(R,) each row's latest id."""
+        steps = [s.step for s in self.sentences]
+        if min(steps) == max(steps):  # all sentences equally far: one column
+            return self.history[:, steps[0]]
+        at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R,)
+        return self.history.gather(1, at[:, None])[:, 0]
+
+    def _constrain(self, logp: Tensor) -> None:
         """Ban ids in place: never-generated and banned ids, EOS before min_length, repeated n-grams; a limit of
         0 tokens leaves only EOS."""
         eos, k = self.special.eos, self.k
@@ -178,11 +189,11 @@ class BeamLoop:
             if s.cfg.no_repeat_ngram_size:
                 groups.setdefault((s.cfg.no_repeat_ngram_size, s.step), []).extend(range(b * k, b * k + k))
         for (n, step), group in groups.items():
-            index = steps.new_tensor(group)
+            index = torch.tensor(group, device=self.device)
             rows, ids = repeated_ngrams(self.history.index_select(0, index)[:, :step + 1], n)
             logp[index[rows], ids] = -math.inf
         if eos_logp is not None:  # rows are sentences' beams: only the first is live at step 0
-            rows_of = steps.new_tensor([r for b in empty for r in range(b * k, b * k + k)])
+            rows_of = torch.tensor([r for b in empty for r in range(b * k, b * k + k)], device=self.device)
             logp[rows_of] = -math.inf
             logp[rows_of, eos] = eos_logp[rows_of]
 
@@ -227,13 +238,24 @@ class BeamLoop:
         if next_token is not None:
             steps = [s.step + 1 for s in self.sentences]
             history = _widen(history, max(steps, default=0) + 1)
-            at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R',)
-            history.scatter_(1, at[:, None], next_token[:, None])
+            if steps and min(steps) == max(steps):  # all sentences equally far: one column
+                history[:, steps[0]] = next_token
+            else:
+                at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R',)
+                history.scatter_(1, at[:, None], next_token[:, None])
         self.history, self.scores = history, scores
         if not keep:
             self.cache, self.history = None, history[:, :1]
             return
-        self.cache = self.cache.reorder(rows).trimmed(self.source_length)
+        self.cache = self.cache.reorder(rows, kept=keep).trimmed(self.source_length)
+
+
+def survivors(count: int, gone: set[int]) -> list[int]:
+    """The sentences 0 .. count - 1 not in gone, in the order that moves fewest: each one's place is kept,
+    and the places of those gone are taken by the last ones."""
+    n = count - len(gone)
+    last = [b for b in range(n, count) if b not in gone]
+    return [b if b not in gone else last.pop() for b in range(n)]
 
 
 def _widen(history: Tensor, columns: int) -> Tensor:

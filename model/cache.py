@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 JOIN_ROOM = 32  # free positions a joined cache starts with; it grows as needed
@@ -25,8 +24,10 @@ class LayerCache:
     more (rows of sentences that left). Time-major, so that reordering copies only the filled prefix.
     Positions a row has not written hold finite values (zeros or another row's), never read unmasked.
     spare: a second buffer of the same shape that reordering writes into (the two swap).
-    cross_k_t, cross_v: encoder-decoder keys, transposed, (B, h, d_k, S), and values, (B, h, S, d_k),
-    one row per source sentence, computed once; the beams of a sentence share them.
+    cross_k_t, cross_v: encoder-decoder keys, transposed, (B, h, d_k, S), and values, (B, h, S, d_k), one slot
+    per source sentence, computed once; the beams of a sentence share them. Views of the first B slots and S
+    positions of buffers with room for more of both, so that sentences join and leave without copying the
+    others'. Positions past a sentence's own length hold finite values, masked by the cross bias.
     """
 
     kv: Tensor
@@ -102,24 +103,27 @@ class DecoderCache:
         """The same state with room for twice as many positions."""
         size, t = max(1, 2 * self.capacity), self.step
         layers = []
+        R, rows = self.rows, _row_capacity(self.layers[0].kv)  # the buffers keep their room for rows
         for layer in self.layers:
-            kv = _buffer(layer.kv, size, layer.kv.size(2))
+            kv = _with_rows(_buffer(layer.kv, size, rows), R)
             kv[:t] = layer.kv[:t]
-            layers.append(replace(layer, kv=kv, spare=_buffer(layer.kv, size, layer.kv.size(2))))
+            layers.append(replace(layer, kv=kv, spare=_with_rows(_buffer(layer.kv, size, rows), R)))
         return replace(self, layers=tuple(layers))
 
-    def reorder(self, beam_idx: Tensor, beams: int | None = None) -> DecoderCache:
+    def reorder(self, beam_idx: Tensor, beams: int | None = None, kept: list[int] | None = None) -> DecoderCache:
         """Keep hypothesis beam_idx[i] as new row i, with `beams` rows per sentence (default: as now).
 
-        Rows of one sentence stay contiguous; sentences may be dropped (finished) but never
-        reordered, and the rows per sentence may change (1 -> beam size after the first step).
+        Rows of one sentence stay contiguous; sentences may be dropped (finished) and the rows per sentence may
+        change (1 -> beam size after the first step). kept: the sentence each new slot holds (default: read
+        from beam_idx); slots that keep their sentence are not copied, so a finished sentence's place is best
+        taken by the last one (BeamLoop does so).
         """
         old_beams = self.beams
         new_beams = old_beams if beams is None else beams
-        kept = beam_idx.view(-1, new_beams)[:, 0] // old_beams  # (B',) source sentences that remain
-        same_sources = kept.numel() == self.sentences
-        lengths = self.lengths if same_sources else tuple(self.lengths[i] for i in kept.tolist())
+        if kept is None:
+            kept = (beam_idx.view(-1, new_beams)[:, 0] // old_beams).tolist()
         t, R = self.step, beam_idx.numel()
+        moved = [(i, b) for i, b in enumerate(kept) if i != b]
         layers = []
         for layer in self.layers:
             kv, spare = layer.spare, layer.kv
@@ -128,47 +132,82 @@ class DecoderCache:
             elif self.rows < R:  # more beams per sentence: new buffers
                 kv, spare = _buffer(layer.kv, layer.kv.size(0), R), _buffer(layer.kv, layer.kv.size(0), R)
             torch.index_select(layer.kv[:t], 2, beam_idx, out=kv[:t])
-            layers.append(LayerCache(
-                kv=kv, spare=spare,
-                cross_k_t=layer.cross_k_t if same_sources else layer.cross_k_t.index_select(0, kept),
-                cross_v=layer.cross_v if same_sources else layer.cross_v.index_select(0, kept),
-            ))
-        cross_bias = self.cross_bias if same_sources else self.cross_bias.index_select(0, kept)
-        return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=lengths)
+            layers.append(replace(layer, kv=kv, spare=spare, cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
+                                  cross_v=_slots_moved(layer.cross_v, moved, len(kept))))
+        cross_bias = _slots_moved(self.cross_bias, moved, len(kept))
+        return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=tuple(self.lengths[b] for b in kept))
 
     def trimmed(self, source_length: int) -> DecoderCache:
-        """The same state with the source axis cut to source_length, once longer sentences have left."""
+        """The same state with the source axis cut to source_length, once longer sentences have left (views:
+        nothing is copied)."""
         S = source_length
         if self.cross_bias.size(-1) <= S:
             return self
-        layers = tuple(replace(layer, cross_k_t=layer.cross_k_t[..., :S].contiguous(),
-                               cross_v=layer.cross_v[:, :, :S].contiguous()) for layer in self.layers)
-        return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S].contiguous())
+        layers = tuple(replace(layer, cross_k_t=layer.cross_k_t[..., :S], cross_v=layer.cross_v[:, :, :S])
+                       for layer in self.layers)
+        return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S])
 
     def joined(self, new: DecoderCache) -> DecoderCache:
         """This state with the sentences of `new` (same beams per sentence, nothing decoded yet) after its own.
 
-        The source axis is padded to the longer of the two; the time axis keeps this cache's positions.
+        They take the free rows and slots of this cache's buffers, which are replaced by larger ones (copied)
+        only when full. The source axis becomes the longer of the two; the time axis keeps this cache's.
         """
         assert new.step == 0 and new.beams == self.beams, "sentences join with their rows, before any step"
-        S = max(self.cross_bias.size(-1), new.cross_bias.size(-1))
-        t, R = self.step, self.rows + new.rows
+        B, S_old, S_new = self.sentences, self.cross_bias.size(-1), new.cross_bias.size(-1)
+        S, t, R = max(S_old, S_new), self.step, self.rows + new.rows
         layers = []
         for old, add in zip(self.layers, new.layers, strict=True):
-            if _row_capacity(old.kv) >= R and old.kv.size(0) > t:  # rows that left are free: take them
+            if _row_capacity(old.kv) >= R:  # rows that left are free: take them
                 kv, spare = _with_rows(old.kv, R), _with_rows(old.spare, R)
             else:  # new buffers, with room for as many rows again
-                rows = max(R, 2 * _row_capacity(old.kv))
-                kv = _with_rows(_buffer(old.kv, t + JOIN_ROOM, rows), R)
-                spare = _with_rows(_buffer(old.kv, t + JOIN_ROOM, rows), R)
+                kv = _with_rows(_buffer(old.kv, max(old.kv.size(0), t + JOIN_ROOM), 2 * R), R)
+                spare = _with_rows(_buffer(old.kv, kv.size(0), 2 * R), R)
                 kv[:t, :, :self.rows] = old.kv[:t]
-            layers.append(LayerCache(
-                kv=kv, spare=spare,
-                cross_k_t=torch.cat([_pad(old.cross_k_t, -1, S), _pad(add.cross_k_t, -1, S)]),
-                cross_v=torch.cat([_pad(old.cross_v, -2, S), _pad(add.cross_v, -2, S)]),
-            ))
-        bias = torch.cat([_pad(self.cross_bias, -1, S, float("-inf")), _pad(new.cross_bias, -1, S, float("-inf"))])
+            k_t = _slots_joined(old.cross_k_t, add.cross_k_t, S, dim=-1)
+            v = _slots_joined(old.cross_v, add.cross_v, S, dim=-2)
+            layers.append(LayerCache(kv=kv, spare=spare, cross_k_t=k_t, cross_v=v))
+        bias = _slots_joined(self.cross_bias, new.cross_bias, S, dim=-1, pad=float("-inf"))
+        if S_old < S:  # positions the view now shows were never this cache's sources: masked
+            bias[:B, ..., S_old:] = float("-inf")
         return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths)
+
+
+def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0) -> Tensor:
+    """old's B slots then add's, as a (B + B_new, ..., S, ...) view (the source axis `dim`, -1 or -2, of size S) of
+    old's buffer when it has room, else of a new buffer with room for twice as many slots. add's slots are
+    written up to its own source length; past it a bias gets pad (-inf), while keys and values keep what
+    the buffer held (finite, and masked)."""
+    B, n = old.size(0), old.size(0) + add.size(0)
+    size = [n, *old.shape[1:]]
+    size[dim] = S
+    if _has_room(old, size, dim):
+        out = old.as_strided(size, old.stride(), old.storage_offset())
+    else:
+        out = old.new_zeros([2 * n, *size[1:]]).narrow(0, 0, n)
+        out.narrow(dim, 0, old.size(dim))[:B] = old
+    out[B:].narrow(dim, 0, add.size(dim)).copy_(add)
+    if pad and add.size(dim) < S:
+        out[B:].narrow(dim, add.size(dim), S - add.size(dim)).fill_(pad)
+    return out
+
+
+def _slots_moved(x: Tensor, moved: list[tuple[int, int]], B: int) -> Tensor:
+    """x's first B slots, slot i now holding what slot b held for every (i, b) in moved (the others stay)."""
+    out = x[:B]
+    if moved:
+        dst, src = zip(*moved, strict=True)
+        out.index_copy_(0, torch.tensor(dst, device=x.device), x[list(src)])
+    return out
+
+
+def _has_room(x: Tensor, size: list[int], dim: int) -> bool:
+    """Whether the buffer that x views (contiguous, x its first slots and source positions) holds a view of
+    this size: no more source positions than its own (along dim) and within its storage."""
+    if size[dim] > x.stride(dim - 1) // x.stride(dim):
+        return False
+    last = x.storage_offset() + sum((n - 1) * st for n, st in zip(size, x.stride(), strict=True))
+    return last < x.untyped_storage().nbytes() // x.element_size()
 
 
 def _row_capacity(kv: Tensor) -> int:
@@ -187,11 +226,3 @@ def _buffer(like: Tensor, capacity: int, rows: int) -> Tensor:
     uninitialized, and a row that takes over another's place needs no clearing."""
     return like.new_zeros(capacity, 2, rows, *like.shape[3:])
 
-
-def _pad(x: Tensor, dim: int, size: int, value: float = 0.0) -> Tensor:
-    """x padded at the end of dimension dim (negative) to size."""
-    missing = size - x.size(dim)
-    if missing == 0:
-        return x
-    widths = [0, 0] * (-dim - 1) + [0, missing]
-    return F.pad(x, widths, value=value)

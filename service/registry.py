@@ -97,7 +97,7 @@ class Registry:
 
     def lengths(self, task: Task, field: str = "q") -> list[int]:
         """Validate a task's texts against its model; returns each one's source tokens. CPU work: callers
-        on the event loop run it in a thread."""
+        on the event loop run it in a thread for all but short texts."""
         info = self.get(task.model)
         return [info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts)]
 

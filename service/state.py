@@ -71,13 +71,14 @@ class ServiceState:
         await self.queue.close()
 
 
-def get_state(request: Request) -> ServiceState:
+# Dependencies are coroutines: FastAPI runs a plain function in a worker thread, a costly hop per request.
+async def get_state(request: Request) -> ServiceState:
     state: ServiceState = request.app.state.service
     return state
 
 
-def ready_state(request: Request) -> ServiceState:
-    state = get_state(request)
+async def ready_state(request: Request) -> ServiceState:
+    state: ServiceState = request.app.state.service
     if not state.ready.is_set():
         raise Unavailable(state.load_error or "the models are still loading", retry_after=2)
     return state

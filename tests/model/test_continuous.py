@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from model.beam import BeamLoop, Hypothesis, search_all
+from model.beam import BeamLoop, Hypothesis, pad_batch, search_all, survivors
+from model.cache import DecoderCache
 from model.config import DecodingConfig
 from tests.conftest import SPECIAL
 from tests.model.test_beam import biased_model, sources
@@ -158,3 +159,49 @@ def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9() -> None:
         want = alone(model, src, cfgs[i])
         assert [h.tokens for h in got[i]] == [h.tokens for h in want]
         assert got[i][0].score == pytest.approx(want[0].score, abs=1e-9)
+
+
+def test_a_sentence_that_leaves_gives_its_place_to_the_last_one() -> None:
+    assert survivors(5, set()) == [0, 1, 2, 3, 4]
+    assert survivors(5, {1}) == [0, 4, 2, 3]
+    assert survivors(5, {3, 4}) == [0, 1, 2]
+    assert survivors(6, {0, 2, 5}) == [4, 1, 3]
+    assert survivors(3, {0, 1, 2}) == []
+
+
+def one_sentence_cache(model: Any, src: list[int], beams: int) -> DecoderCache:
+    src_t, mask = pad_batch([src], SPECIAL.pad, "cpu")
+    memory, _ = model.encode(src_t, mask)
+    return model.start_cache(memory, mask, capacity=0, beams=beams)
+
+
+@torch.no_grad()
+def test_joining_and_leaving_copy_no_other_sentence_and_reused_slots_mask_the_old_source() -> None:
+    """Sentences take the slots and rows that others left, in the same buffers: the sentences already there
+    are not copied, and a slot that held a longer source masks its positions for the shorter one now in it."""
+    model, k = biased_model(seed=6), 2
+    loop = BeamLoop(model, SPECIAL, k)
+    cfg = DecodingConfig(beam_size=k, max_len_a=0.0, max_len_b=30, min_length=30)  # nobody ends on its own
+    loop.admit(sources([9, 12, 4], seed=3), [cfg] * 3, ["a", "b", "c"])
+    loop.step()
+    assert loop.cache is not None
+    before = loop.cache.layers[0].cross_k_t
+    a_keys, c_keys = before[0].clone(), before[2, ..., :4].clone()
+    loop.drop({"b"})  # "c", the last, takes b's slot
+    after = loop.cache.layers[0].cross_k_t
+    assert [s.tag for s in loop.sentences] == ["a", "c"]
+    assert after.data_ptr() == before.data_ptr() and after.size(-1) == 9  # same buffer, trimmed to 9 positions
+    torch.testing.assert_close(after[1, ..., :4], c_keys)
+    short = sources([3], seed=8)[0]
+    loop.admit([short], [cfg], ["d"])  # into the slot b held (12 positions, of which 9 are shown)
+    cache = loop.cache
+    assert cache.layers[0].cross_k_t.data_ptr() == before.data_ptr()
+    torch.testing.assert_close(cache.layers[0].cross_k_t[0], a_keys[..., :9])  # "a" untouched
+    alone_cache = one_sentence_cache(model, short, k)
+    torch.testing.assert_close(cache.layers[1].cross_v[2, :, :3], alone_cache.layers[1].cross_v[0])
+    bias = cache.cross_bias[2, 0, 0]
+    assert bias[:3].eq(0).all() and bias[3:].eq(float("-inf")).all()
+    loop.admit(sources([20], seed=9), [cfg], ["e"])  # longer than the buffer holds: a larger one
+    bias = loop.cache.cross_bias[:, 0, 0]
+    assert bias.size(-1) == 20 and bias[0, 9:].eq(float("-inf")).all() and bias[2, 3:].eq(float("-inf")).all()
+    assert bias[3].eq(0).all()
