@@ -163,13 +163,17 @@ class BeamLoop:
             self._keep(keep, rows, None, self.scores[keep])
         return gone
 
+    def _columns(self, steps: list[int]) -> int | Tensor:
+        """Each row's history column for these per-sentence steps: one column when all sentences are equally
+        far (a plain slice), else (R,) columns."""
+        if min(steps) == max(steps):
+            return steps[0]
+        return torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R,)
+
     def _latest(self) -> Tensor:
         """(R,) each row's latest id."""
-        steps = [s.step for s in self.sentences]
-        if min(steps) == max(steps):  # all sentences equally far: one column
-            return self.history[:, steps[0]]
-        at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R,)
-        return self.history.gather(1, at[:, None])[:, 0]
+        at = self._columns([s.step for s in self.sentences])
+        return self.history[:, at] if isinstance(at, int) else self.history.gather(1, at[:, None])[:, 0]
 
     def _constrain(self, logp: Tensor) -> None:
         """Ban ids in place: never-generated and banned ids, EOS before min_length, repeated n-grams; a limit of
@@ -235,18 +239,19 @@ class BeamLoop:
         assert self.cache is not None
         self.sentences = [self.sentences[b] for b in keep]
         history = self.history.index_select(0, rows)
-        if next_token is not None:
-            steps = [s.step + 1 for s in self.sentences]
-            history = _widen(history, max(steps, default=0) + 1)
-            if steps and min(steps) == max(steps):  # all sentences equally far: one column
-                history[:, steps[0]] = next_token
-            else:
-                at = torch.tensor(steps, device=self.device).repeat_interleave(self.k)  # (R',)
-                history.scatter_(1, at[:, None], next_token[:, None])
-        self.history, self.scores = history, scores
+        self.scores = scores
         if not keep:
             self.cache, self.history = None, history[:, :1]
             return
+        if next_token is not None:
+            steps = [s.step + 1 for s in self.sentences]
+            history = _widen(history, max(steps) + 1)
+            at = self._columns(steps)
+            if isinstance(at, int):
+                history[:, at] = next_token
+            else:
+                history.scatter_(1, at[:, None], next_token[:, None])
+        self.history = history
         self.cache = self.cache.reorder(rows, kept=keep).trimmed(self.source_length)
 
 
