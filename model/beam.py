@@ -85,8 +85,8 @@ def pad_batch(batch: Sequence[Sequence[int]], pad: int, device: torch.device | s
 
 
 class BeamLoop:
-    """The live rows of a beam search with beam size k: k rows per sentence (in no particular order: a
-    sentence that leaves gives its place to the last one).
+    """The live rows of a beam search with beam size k: k rows per sentence, in the order the sentences
+    joined (their cross-attention slots may be in another).
 
     admit() encodes new sentences and adds their rows; step() decodes one token for every row and returns
     the sentences that finished; drop() removes sentences nobody waits for.
@@ -256,11 +256,9 @@ class BeamLoop:
 
 
 def survivors(count: int, gone: set[int]) -> list[int]:
-    """The sentences 0 .. count - 1 not in gone, in the order that moves fewest: each one's place is kept,
-    and the places of those gone are taken by the last ones."""
-    n = count - len(gone)
-    last = [b for b in range(n, count) if b not in gone]
-    return [b if b not in gone else last.pop() for b in range(n)]
+    """The sentences 0 .. count - 1 not in gone, in their order (join order, so that lengths fall along
+    the rows: see model.cache.row_spans)."""
+    return [b for b in range(count) if b not in gone]
 
 
 def _widen(history: Tensor, columns: int) -> Tensor:

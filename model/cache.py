@@ -7,12 +7,16 @@ positions past its length are masked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 JOIN_ROOM = 32  # free positions a joined cache starts with; it grows as needed
+MAX_SPANS = 4  # most row ranges a step's self-attention and reordering are cut into (row_spans)
+SPAN_DROP = 0.5  # a new range starts where sentences hold at most this share of the range's longest
+SPAN_MIN = 4  # sentences a range holds at least before a new one starts
 
 
 @dataclass(frozen=True)
@@ -41,15 +45,24 @@ class LayerCache:
         return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
 
 
+Span = tuple[int, int, int]  # rows r0 .. r1 - 1 and the positions n they hold at most
+
+
 @dataclass(frozen=True)
 class StepPositions:
     """Where one step writes: position t for every row (all sentences equally far), or each row at its own
-    position (index, (R,)) with keys past it masked by bias, (R, 1, 1, t + 1) of 0 and -inf."""
+    position (index, (R,)) with keys past it masked by bias, (R, 1, 1, t + 1) of 0 and -inf.
+
+    spans cut the rows into ranges that read only their first n keys (row_spans); to_slots and from_slots
+    put the rows in the order of the cross-attention slots and back, when the two orders differ."""
 
     t: int  # the largest position written this step; keys 0 .. t are read
     index: Tensor | None = None  # (R,) each row's position
     rows: Tensor | None = None  # (R,) 0 .. R - 1, to write one position per row
     bias: Tensor | None = None  # (R, 1, 1, t + 1)
+    spans: tuple[Span, ...] = ()  # (r0, r1, keys read), covering every row; () for one range reading t + 1
+    to_slots: Tensor | None = None  # (R,) row i of the slot order is row to_slots[i]
+    from_slots: Tensor | None = None  # (R,) and back
 
 
 @dataclass(frozen=True)
@@ -57,8 +70,9 @@ class DecoderCache:
     """Every layer's state plus what all layers share: the source padding and each sentence's length."""
 
     layers: tuple[LayerCache, ...]
-    cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores: 0 on source tokens, -inf on padding
+    cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores, per slot: 0 on tokens, -inf on padding
     lengths: tuple[int, ...]  # (B,) target positions already decoded, per sentence
+    slots: tuple[int, ...] | None = None  # (B,) the cross-attention slot of each sentence; None: slot b
 
     @property
     def step(self) -> int:
@@ -85,15 +99,22 @@ class DecoderCache:
 
     def positions(self) -> StepPositions:
         """Where the next step writes (StepPositions)."""
-        t = self.step
+        t, device = self.step, self.cross_bias.device
+        to_slots = from_slots = None
+        if self.slots is not None:
+            beam = torch.arange(self.beams, device=device)
+            slot = torch.tensor(self.slots, device=device)
+            from_slots = (slot[:, None] * self.beams + beam).flatten()  # (R,) each row's place in slot order
+            to_slots = torch.empty_like(from_slots)
+            to_slots[from_slots] = torch.arange(from_slots.numel(), device=device)
         if min(self.lengths, default=0) == t:
-            return StepPositions(t)
-        kv = self.layers[0].kv
-        index = torch.tensor(self.lengths, device=kv.device).repeat_interleave(self.beams)  # (R,)
-        later = torch.arange(t + 1, device=kv.device)[None, :] > index[:, None]  # (R, t + 1)
-        bias = kv.new_zeros(later.shape).masked_fill_(later, float("-inf"))
-        rows = torch.arange(index.numel(), device=kv.device)
-        return StepPositions(t, index, rows, bias[:, None, None, :])  # (R, 1, 1, t + 1)
+            return StepPositions(t, to_slots=to_slots, from_slots=from_slots)
+        index = torch.tensor(self.lengths, device=device).repeat_interleave(self.beams)  # (R,)
+        later = torch.arange(t + 1, device=device)[None, :] > index[:, None]  # (R, t + 1)
+        bias = self.cross_bias.new_zeros(later.shape).masked_fill_(later, float("-inf"))
+        rows = torch.arange(index.numel(), device=device)
+        spans = row_spans([n + 1 for n in self.lengths], self.beams)
+        return StepPositions(t, index, rows, bias[:, None, None, :], spans, to_slots, from_slots)  # (R, 1, 1, t + 1)
 
     def advanced(self) -> DecoderCache:
         """The cache after a step wrote one position for every sentence."""
@@ -114,16 +135,19 @@ class DecoderCache:
         """Keep hypothesis beam_idx[i] as new row i, with `beams` rows per sentence (default: as now).
 
         Rows of one sentence stay contiguous; sentences may be dropped (finished) and the rows per sentence may
-        change (1 -> beam size after the first step). kept: the sentence each new slot holds (default: read
-        from beam_idx); slots that keep their sentence are not copied, so a finished sentence's place is best
-        taken by the last one (BeamLoop does so).
+        change (1 -> beam size after the first step). kept: the sentence each new row group holds (default:
+        read from beam_idx). Each row's positions are copied up to its own sentence's length, by ranges of
+        rows (row_spans). The kept sentences keep their cross-attention slots, except those past the last one
+        needed, which move into the slots of sentences that left (one slot copied per sentence gone).
         """
         old_beams = self.beams
         new_beams = old_beams if beams is None else beams
         if kept is None:
             kept = (beam_idx.view(-1, new_beams)[:, 0] // old_beams).tolist()
-        t, R = self.step, beam_idx.numel()
-        moved = [(i, b) for i, b in enumerate(kept) if i != b]
+        R, lengths = beam_idx.numel(), tuple(self.lengths[b] for b in kept)
+        slots = [b if self.slots is None else self.slots[b] for b in kept]
+        moved = _compacted(slots)
+        spans = row_spans(lengths, new_beams)
         layers = []
         for layer in self.layers:
             kv, spare = layer.spare, layer.kv
@@ -131,11 +155,14 @@ class DecoderCache:
                 kv, spare = kv.narrow(2, 0, R), spare.narrow(2, 0, R)
             elif self.rows < R:  # more beams per sentence: new buffers
                 kv, spare = _buffer(layer.kv, layer.kv.size(0), R), _buffer(layer.kv, layer.kv.size(0), R)
-            torch.index_select(layer.kv[:t], 2, beam_idx, out=kv[:t])
+            for r0, r1, n in spans:
+                torch.index_select(layer.kv[:n], 2, beam_idx[r0:r1], out=kv[:n, :, r0:r1])
             layers.append(replace(layer, kv=kv, spare=spare, cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
                                   cross_v=_slots_moved(layer.cross_v, moved, len(kept))))
         cross_bias = _slots_moved(self.cross_bias, moved, len(kept))
-        return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=tuple(self.lengths[b] for b in kept))
+        in_order = slots == list(range(len(slots)))
+        return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=lengths,
+                       slots=None if in_order else tuple(slots))
 
     def trimmed(self, source_length: int) -> DecoderCache:
         """The same state with the source axis cut to source_length, once longer sentences have left (views:
@@ -170,7 +197,38 @@ class DecoderCache:
         bias = _slots_joined(self.cross_bias, new.cross_bias, S, dim=-1, pad=float("-inf"))
         if S_old < S:  # positions the view now shows were never this cache's sources: masked
             bias[:B, ..., S_old:] = float("-inf")
-        return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths)
+        slots = None if self.slots is None else self.slots + tuple(range(B, B + new.sentences))
+        return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots)
+
+
+def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:
+    """Ranges of rows (r0, r1, n), n the most positions any of their sentences (lengths, `beams` rows each)
+    holds, so that a row range reads and copies n positions rather than the longest sentence's.
+
+    Sentences join a search after those already in it and all grow one position a step, so in join order
+    lengths only fall: a range ends where they drop to SPAN_DROP of its first one (at most MAX_SPANS
+    ranges, of SPAN_MIN sentences or more). Any order is correct; that one is fast."""
+    spans: list[Span] = []
+    start, top = 0, 0
+    for b, n in enumerate(lengths):
+        if b - start >= SPAN_MIN and n <= SPAN_DROP * top and len(spans) < MAX_SPANS - 1:
+            spans.append((start * beams, b * beams, top))
+            start, top = b, 0
+        top = max(top, n)
+    spans.append((start * beams, len(lengths) * beams, top))
+    return tuple(spans)
+
+
+def _compacted(slots: list[int]) -> list[tuple[int, int]]:
+    """Move the slots numbered len(slots) or more (in place) into free ones below; returns the moves (to, from)."""
+    B = len(slots)
+    free = sorted(set(range(B)) - set(slots), reverse=True)
+    moved = []
+    for i, slot in enumerate(slots):
+        if slot >= B:
+            slots[i] = free.pop()
+            moved.append((slots[i], slot))
+    return moved
 
 
 def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0) -> Tensor:
@@ -193,7 +251,8 @@ def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0) 
 
 
 def _slots_moved(x: Tensor, moved: list[tuple[int, int]], B: int) -> Tensor:
-    """x's first B slots, slot i now holding what slot b held for every (i, b) in moved (the others stay)."""
+    """x's first B slots, slot i now holding what slot b (B or more) held for every (i, b) in moved (the
+    others stay)."""
     out = x[:B]
     if moved:
         dst, src = zip(*moved, strict=True)

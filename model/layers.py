@@ -115,7 +115,14 @@ class SelfAttention(nn.Module):
         else:  # row r at position index[r]
             cache.kv[where.index, :, where.rows] = qkv[:, 1:]  # (R, 2, h, d_k)
         k, v = cache.keys_values(where.t + 1)  # each (R, h, t + 1, d_k)
-        y = step_attention(qkv[:, 0, :, None], k.transpose(-2, -1), v, where.bias)  # (R, h, 1, d_k)
+        q = qkv[:, 0, :, None]  # (R, h, 1, d_k)
+        if len(where.spans) <= 1:
+            y = step_attention(q, k.transpose(-2, -1), v, where.bias)  # (R, h, 1, d_k)
+        else:  # each range of rows reads only as many keys as its rows hold
+            bias = where.bias
+            assert bias is not None, "rows at different positions have a bias"
+            y = torch.cat([step_attention(q[r0:r1], k[r0:r1, :, :n].transpose(-2, -1), v[r0:r1, :, :n],
+                                          bias[r0:r1, ..., :n]) for r0, r1, n in where.spans])  # (R, h, 1, d_k)
         return self.out(merge_heads(y))
 
 
@@ -141,14 +148,19 @@ class CrossAttention(nn.Module):
         k, v = self.project_kv(memory)
         return k.transpose(-2, -1).contiguous(), v.contiguous()
 
-    def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-        """One position per row, x: (R, 1, d_model), against the cached K^T and V of project_kv_for_steps;
-        bias: (B, 1, 1, S), 0 on tokens and -inf on padding."""
+    def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor, where: StepPositions) -> Tensor:
+        """One position per row, x: (R, 1, d_model), against the cached K^T and V of project_kv_for_steps,
+        one slot per sentence; bias: (B, 1, 1, S), 0 on tokens and -inf on padding. The rows are put in the
+        slots' order and back when the two differ (where.to_slots)."""
         R, _, d_model = x.shape
         B, h, d_k, S = k_t.shape
+        if where.to_slots is not None:
+            x = x.index_select(0, where.to_slots)
         q = self.q(x).view(B, R // B, h, d_k).transpose(1, 2)  # (B, h, beams, d_k)
-        y = step_attention(q, k_t, v, bias)  # (B, h, beams, d_k)
-        return self.out(y.transpose(1, 2).reshape(R, 1, d_model))
+        y = step_attention(q, k_t, v, bias).transpose(1, 2).reshape(R, 1, d_model)  # (R, 1, d_model)
+        if where.from_slots is not None:
+            y = y.index_select(0, where.from_slots)
+        return self.out(y)
 
     def forward(self, x: Tensor, kv: KV, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """x: (R, T, d_model) where R = B * beams rows share each of the B sources in kv."""

@@ -66,7 +66,7 @@ class DecoderLayer(nn.Module):
     def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, where: StepPositions) -> Tensor:
         """The next position of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
         x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, where))
-        c = self.cross_attn.step(self.cross_norm.enter(x), cache.cross_k_t, cache.cross_v, cross_bias)
+        c = self.cross_attn.step(self.cross_norm.enter(x), cache.cross_k_t, cache.cross_v, cross_bias, where)
         x = self.cross_norm.exit(x, c)
         return self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.beam import BeamLoop, Hypothesis, pad_batch, search_all, survivors
-from model.cache import DecoderCache
+from model.cache import DecoderCache, row_spans
 from model.config import DecodingConfig
 from tests.conftest import SPECIAL
 from tests.model.test_beam import biased_model, sources
@@ -139,7 +139,7 @@ def nan_filled_memory() -> Iterator[None]:
 @torch.no_grad()
 @pytest.mark.usefixtures("nan_filled_memory")
 def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9() -> None:
-    """In float64, rounding cannot flip near-ties: 120 sentences taking the rows others free (6 at most), with
+    """In float64, rounding cannot flip near-ties: 120 sentences taking the rows others free (8 at most), with
     output limits of 20 to 60 tokens, each equal to its search alone in tokens and to 1e-9 in score. (In float32
     the different shapes round differently, and random weights have near-ties that then break either way.)
     Memory never written reads as NaN here: a row must never read (even masked) a position nobody wrote."""
@@ -149,24 +149,31 @@ def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9() -> None:
     cfgs = [DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=20 + 7 * i % 41, **OPTION_SETS[i % 2])
             for i in range(len(srcs))]
     loop, waiting, got, joined = BeamLoop(model, SPECIAL, 4), list(range(len(srcs))), {}, 0
+    spans, out_of_order = 0, 0  # steps cut into several row ranges; steps with slots in another order
     while waiting or loop:
-        take, waiting = waiting[:6 - len(loop)], waiting[6 - len(loop):]
+        take, waiting = waiting[:8 - len(loop)], waiting[8 - len(loop):]
         joined += len(take) if loop else 0
         loop.admit([srcs[i] for i in take], [cfgs[i] for i in take], take)
+        assert loop.cache is not None
+        spans += len(loop.cache.positions().spans) > 1
+        out_of_order += loop.cache.slots is not None
         got.update((int(str(s.tag)), s.n_best()) for s in loop.step())
     assert joined > 50, "most sentences should join a running search"
+    assert spans > 20 and out_of_order > 20, "rows should be cut into ranges, and slots differ from rows"
     for i, src in enumerate(srcs):
         want = alone(model, src, cfgs[i])
         assert [h.tokens for h in got[i]] == [h.tokens for h in want]
         assert got[i][0].score == pytest.approx(want[0].score, abs=1e-9)
 
 
-def test_a_sentence_that_leaves_gives_its_place_to_the_last_one() -> None:
-    assert survivors(5, set()) == [0, 1, 2, 3, 4]
-    assert survivors(5, {1}) == [0, 4, 2, 3]
-    assert survivors(5, {3, 4}) == [0, 1, 2]
-    assert survivors(6, {0, 2, 5}) == [4, 1, 3]
-    assert survivors(3, {0, 1, 2}) == []
+def test_sentences_keep_their_join_order_and_rows_are_cut_where_lengths_fall() -> None:
+    assert survivors(5, {1}) == [0, 2, 3, 4] and survivors(6, {0, 2, 5}) == [1, 3, 4] and survivors(2, {0, 1}) == []
+    assert row_spans([9, 9, 9], beams=2) == ((0, 6, 9),)
+    # Four sentences at least per range; a range ends where lengths fall to half its first one's.
+    assert row_spans([20, 19, 18, 17, 9, 8, 3, 2, 1, 0], beams=2) == ((0, 8, 20), (8, 16, 9), (16, 20, 1))
+    assert row_spans([40, 40, 40, 40, 20, 20, 20, 20, 10, 10, 10, 10, 5, 5, 5, 5, 1, 1, 1, 1], beams=1) == (
+        (0, 4, 40), (4, 8, 20), (8, 12, 10), (12, 20, 5))  # at most MAX_SPANS ranges
+    assert row_spans([3, 30, 2, 1, 1, 1], beams=1) == ((0, 4, 30), (4, 6, 1))  # any order is correct: n is the most
 
 
 def one_sentence_cache(model: Any, src: list[int], beams: int) -> DecoderCache:

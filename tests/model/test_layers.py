@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.cache import StepPositions
 from model.config import ModelConfig
 from model.layers import (
     CrossAttention,
@@ -204,8 +205,13 @@ def test_cross_attention_step_equals_forward() -> None:
     mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
     bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
     expected, _ = layer(x, layer.project_kv(memory), mask)
-    torch.testing.assert_close(layer.step(x, *layer.project_kv_for_steps(memory), bias), expected,
+    torch.testing.assert_close(layer.step(x, *layer.project_kv_for_steps(memory), bias, StepPositions(0)), expected,
                                atol=1e-5, rtol=1e-5)
+    # The sentences' slots swapped: rows go to their sentence's slot and come back in their own order.
+    swapped = torch.tensor([3, 4, 5, 0, 1, 2])
+    where = StepPositions(0, to_slots=swapped, from_slots=swapped)
+    got = layer.step(x, *layer.project_kv_for_steps(memory.flip(0)), bias.flip(0), where)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 # -- feed-forward (§3.3) and residual sub-layers (§3.1) -------------------------------------------
