@@ -398,11 +398,14 @@ def _engine_main(name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Na
                  conn: Connection) -> None:
     """The engine process: build, warm up, then decode the workload on every "run"."""
     warnings.filterwarnings("ignore")
+    base, _, compute_type = name.partition(":")
+    if compute_type:  # "ours:int8", "ctranslate2:int8_float32": this engine's own compute type
+        args = argparse.Namespace(**{**vars(args), "dtype": compute_type, "ct2_compute": compute_type})
     try:
         if args.text is not None:
-            compute, decode = TEXT_BUILDERS[name](hf_dir, work, args)
+            compute, decode = TEXT_BUILDERS[base](hf_dir, work, args)
         else:
-            compute, decode = BUILDERS[name](hf_dir, work, wl, args)
+            compute, decode = BUILDERS[base](hf_dir, work, wl, args)
     except Skip as e:
         conn.send(("skip", str(e)))
         return
@@ -503,13 +506,16 @@ def run_text(args: argparse.Namespace) -> dict[str, Any]:
         summary["engines"][name] = {"compute": computes[name], "sentences_per_s": rate, "median_sentences_per_s":
                                     median, "bleu": bleu, "seconds": seconds[name], "identical_to_ours": same}
         print(f"{name:<14} {computes[name]:<16} {rate:>11.1f} {median:>8.1f} {bleu:>6.2f}  {same}/{len(texts)}")
-    ours = summary["engines"].get("ours")
-    for name, e in summary["engines"].items():
-        if ours is not None and name != "ours":
-            ratio = ours["sentences_per_s"] / e["sentences_per_s"]
-            agree = abs(ours["bleu"] - e["bleu"]) <= 0.3
-            summary["ratios"][f"ours/{name}"] = ratio
-            print(f"ours / {name}: {ratio:.2f}x (BLEU {'agrees' if agree else 'DIFFERS: do not trust the ratio'})")
+    for mine, ours in summary["engines"].items():
+        if mine.partition(":")[0] != "ours":
+            continue
+        for name, e in summary["engines"].items():
+            if name != mine and name.partition(":")[0] not in ("ours", "ours-batched"):
+                ratio = ours["sentences_per_s"] / e["sentences_per_s"]
+                agree = abs(ours["bleu"] - e["bleu"]) <= 0.3
+                summary["ratios"][f"{mine}/{name}"] = ratio
+                verdict = "agrees" if agree else "DIFFERS: do not trust the ratio"
+                print(f"{mine} / {name}: {ratio:.2f}x (BLEU {verdict})")
     return summary
 
 
@@ -541,17 +547,19 @@ def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResu
         distinct = statistics.mean(len(set(hyp)) for hyp in r.outputs)
         print(f"{name:<14} {r.compute:<16} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
               f"{min(r.seconds):>8.2f} {r.tokens:>7} {distinct:>12.1f}  {same}")
-    peers = [r for name, r in results.items() if name != "ours" and not r.skipped]
+    peers = [r for name, r in results.items() if name.partition(":")[0] != "ours" and not r.skipped]
     if len(peers) == 2:  # the peers against each other, to tell our differences from theirs
         identical[f"{peers[0].name}/{peers[1].name}"] = same_peers = sum(
             a == b for a, b in zip(peers[0].outputs, peers[1].outputs, strict=True))
         print(f"{peers[0].name} and {peers[1].name} identical: {same_peers}/{wl.sentences}")
     ratios = {}
-    if base is not None and not base.skipped:
+    for mine, m in results.items():
+        if mine.partition(":")[0] != "ours" or m.skipped:
+            continue
         for name, r in results.items():
-            if name != "ours" and not r.skipped:
-                ratios[f"ours/{name}"] = base.tokens_per_s / r.tokens_per_s
-                print(f"ours / {name}: {ratios[f'ours/{name}']:.2f}x")
+            if name.partition(":")[0] != "ours" and not r.skipped:
+                ratios[f"{mine}/{name}"] = m.tokens_per_s / r.tokens_per_s
+                print(f"{mine} / {name}: {ratios[f'{mine}/{name}']:.2f}x")
     return {
         "settings": {k: v for k, v in vars(args).items() if k != "json"}, "shape": shape,
         "engines": {name: {k: v for k, v in asdict(r).items() if k != "outputs"}
@@ -614,7 +622,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.sentences = 0  # every line
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     known = ENGINES + (TEXT_ONLY if args.text is not None else ())
-    unknown = sorted(set(args.engines) - set(known))
+    unknown = sorted({e for e in args.engines if e.partition(":")[0] not in known})
     if unknown:
         p.error(f"unknown engines {unknown}; choose from {list(known)}")
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("translate", help="translate lines from stdin to stdout, batched")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16, or int8 (CPU only)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--scores", action="store_true", help="print each hypothesis' score before it")

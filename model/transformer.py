@@ -13,6 +13,7 @@ from model.cache import DecoderCache, LayerCache, StepPositions
 from model.config import ModelConfig
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
+from model.quantize import Int8Linear
 
 
 def key_mask(src_mask: Tensor) -> Tensor:
@@ -106,6 +107,7 @@ class Transformer(nn.Module):
         self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None
         self.packed_logits: Tensor | None  # the pre-softmax weight packed for CPU inference (pack_for_cpu)
         self.register_buffer("packed_logits", None, persistent=False)
+        self.int8_logits: Int8Linear | None = None  # the pre-softmax linear in int8 (model.quantize)
         self.reset_parameters()
 
     @property
@@ -158,6 +160,8 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear, sharing the target embedding matrix (§3.4)."""
+        if self.int8_logits is not None:
+            return self.int8_logits(hidden)
         if self.packed_logits is not None and packed_ok(hidden):
             return packed_linear(hidden, self.packed_logits, self.logits_bias)
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight

@@ -15,6 +15,7 @@ from model.beam import BeamLoop, Hypothesis, search_all
 from model.checkpoint import CheckpointMeta, load_checkpoint
 from model.config import DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
+from model.quantize import check_int8, quantize_transformer
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 
@@ -81,17 +82,22 @@ class Translator:
     def load(cls, path: str | Path, device: str | None = None, dtype: str = "auto",
              threads: int | None = None, pack: bool = True) -> Translator:
         """Load a checkpoint directory onto device (default: CUDA when available), dtype float32 on CPU
-        and bfloat16 on CUDA unless given; threads fixes the number of CPU threads; pack pre-packs the
-        linear weights for the CPU (model.packing: faster, same arithmetic)."""
-        device = device or default_device()
+        and bfloat16 on CUDA unless given, or int8 on the CPU (model.quantize: weights quantized at load);
+        threads fixes the number of CPU threads; pack pre-packs the float32 linear weights for the CPU
+        (model.packing: faster, same arithmetic)."""
+        device = device or ("cpu" if dtype == "int8" else default_device())
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
-        if dtype not in DTYPES:
-            raise ConfigError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}")
+        if dtype not in DTYPES and dtype != "int8":
+            raise ConfigError(f"dtype must be 'auto', 'int8' or one of {sorted(DTYPES)}, got {dtype!r}")
+        if dtype == "int8":
+            check_int8(device)
         if threads is not None:
             torch.set_num_threads(threads)
-        model, meta = load_checkpoint(path, device=device, dtype=DTYPES[dtype])
-        if pack:
+        model, meta = load_checkpoint(path, device=device, dtype=DTYPES.get(dtype, torch.float32))
+        if dtype == "int8":
+            quantize_transformer(model)
+        elif pack:
             model.pack_for_cpu()  # a no-op on CUDA and for other dtypes
         return cls(model, Tokenizer(path, meta.tokenizer), meta)
 

@@ -50,6 +50,7 @@ async def models(state: ReadyState, _: Owner) -> ModelsResponse:
     entries = [ModelEntry(id=m.id, task=m.task, source=m.meta.source_lang, target=m.meta.target_lang,
                           max_length=m.max_len,
                           parameters={"N": m.meta.model.N, "d_model": m.meta.model.d_model,
-                                      "d_ff": m.meta.model.d_ff, "h": m.meta.model.h})
+                                      "d_ff": m.meta.model.d_ff, "h": m.meta.model.h},
+                          dtype=state.settings.dtype)
                for m in state.registry.models.values()]
     return ModelsResponse(models=entries, errors=state.registry.errors)

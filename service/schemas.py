@@ -149,6 +149,9 @@ class ModelEntry(BaseModel):
     target: str | None
     max_length: int = Field(description="longest input in tokens")
     parameters: dict[str, Any] = Field(description="N, d_model, d_ff, h of the checkpoint")
+    dtype: str = Field("auto", description="the weights' type in the workers as configured (TRANSFORMER_DTYPE): "
+                                          "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "
+                                          "float16 or int8")
 
 
 class ModelsResponse(BaseModel):

@@ -24,7 +24,7 @@ class ServiceSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     device: str = "auto"  # "auto": CUDA when available, else the CPU
-    dtype: str = "auto"  # "auto": float32 on the CPU, bfloat16 on CUDA
+    dtype: str = "auto"  # "auto": float32 on the CPU, bfloat16 on CUDA; "int8" on the CPU only (model.quantize)
     threads: int | None = Field(default=None, ge=1)
     # continuous batching: what a worker's running beam searches hold at once
     max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
@@ -70,13 +70,15 @@ class ServiceSettings(BaseSettings):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
-        if v not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {v!r}")
+        if v not in ("auto", "float32", "bfloat16", "float16", "int8"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16, float16 or int8, got {v!r}")
         return v
 
     @model_validator(mode="after")
     def _keys(self) -> ServiceSettings:
         self.keys()  # parse once, so a bad TRANSFORMER_API_KEYS fails at start
+        if self.dtype == "int8" and self.device.startswith("cuda"):
+            raise ValueError("dtype int8 runs on the CPU only: set device to cpu or auto, or dtype to bfloat16")
         return self
 
     def keys(self) -> dict[str, int]:

@@ -170,6 +170,10 @@ function showModel() {
   info.append(paramChip("N", "", p.N), paramChip("d", "model", p.d_model), paramChip("d", "ff", p.d_ff),
     paramChip("h", "", p.h));
   info.append(el("span", {class: "chip muted"}, `inputs up to ${model.max_length} tokens`));
+  if (model.dtype && model.dtype !== "auto") {
+    const note = model.dtype === "int8" ? "int8 weights (quantized at load)" : `${model.dtype} weights`;
+    info.append(el("span", {class: "chip muted", "data-param": "dtype"}, note));
+  }
 }
 
 function fillModels(body) {

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from model.quantize import int8_unsupported
 from model.translator import Translator
 from service.app import create_app
 from service.settings import ServiceSettings
@@ -244,3 +245,23 @@ def test_metrics_and_openapi(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert {"/translate", "/summarize", "/jobs", "/jobs/{job_id}", "/attention", "/models"} <= set(spec["paths"])
     assert "422" in spec["paths"]["/translate"]["post"]["responses"]
+
+
+@pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))
+def test_dtype_int8_serves_what_the_int8_translator_gives(models_dir: Path) -> None:
+    client = ready_client(models_dir, dtype="int8")
+    try:
+        models = {m["id"]: m for m in client.get("/models").json()["models"]}
+        assert models["tiny-en-de"]["dtype"] == "int8"
+        texts = make_sentences(3, seed=11)
+        r = client.post("/translate", json={"q": texts, "model": "tiny-en-de", **SHORT})
+        assert r.status_code == 200, r.text
+        int8 = Translator.load(models_dir / "tiny-en-de", dtype="int8")
+        assert r.json()["translatedText"] == [t.text for t in int8.translate(texts, max_len_a=0.0, max_len_b=6)]
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_dtype_int8_on_cuda_is_refused_at_start(models_dir: Path) -> None:
+    with pytest.raises(ValueError, match="CPU only"):
+        ServiceSettings(models_dir=models_dir, dtype="int8", device="cuda")

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from model import Translator
+from model.quantize import int8_unsupported
 from service.cli import main
 from training.config import from_dict
 from training.trainer import METRICS_FILE, train
@@ -58,8 +59,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy_corpus(tmp_path_factory.mktemp("copy") / "copy.jsonl")
 
 
-def test_tiny_model_learns_to_copy(tmp_path: Path, corpus: Path) -> None:
-    run_dir = train(from_dict(settings(tmp_path / "run", corpus)))
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
+    return train(from_dict(settings(tmp_path_factory.mktemp("copy-run") / "run", corpus)))
+
+
+def test_tiny_model_learns_to_copy(copy_run: Path) -> None:
+    run_dir = copy_run
     assert (run_dir / "checkpoints" / "step_00001250").is_dir() and (run_dir / "best").is_dir()
     assert (run_dir / "curves.png").stat().st_size > 1000
     tr = Translator.load(run_dir / "best", device="cpu")
@@ -69,6 +75,16 @@ def test_tiny_model_learns_to_copy(tmp_path: Path, corpus: Path) -> None:
     assert exact >= 0.95, f"exact match {exact:.2%}"
     scores = json.loads((run_dir / "test_scores.json").read_text())
     assert scores["bleu"] > 90 and "nrefs:1" in scores["signature"]
+
+
+@pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))
+def test_int8_agrees_with_float32_on_the_trained_model(copy_run: Path) -> None:
+    """Most outputs of the int8 model (model.quantize) equal float32's: quantization error flips few choices."""
+    test = [json.loads(line)["source"] for line in (copy_run / "data" / "test.jsonl").read_text().splitlines()]
+    f32 = [t.text for t in Translator.load(copy_run / "best", device="cpu").translate(test, beam_size=4)]
+    int8 = [t.text for t in Translator.load(copy_run / "best", dtype="int8").translate(test, beam_size=4)]
+    same = sum(a == b for a, b in zip(f32, int8, strict=True)) / len(test)
+    assert same >= 0.9, f"{same:.1%} of int8 outputs equal float32's"
 
 
 def test_killed_run_resumes_with_the_same_loss_curve(tmp_path: Path, corpus: Path) -> None:

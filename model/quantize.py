@@ -1,0 +1,130 @@
+"""int8 inference on the CPU (dtype "int8"), a deviation from the paper's float arithmetic for speed and memory.
+
+Every linear weight and the shared embedding matrix are quantized symmetrically per output channel (per row) at
+load time from the float32 checkpoint: W ~ q * scale, q in [-127, 127]. The products run on fbgemm's int8
+kernel that torch ships (torch.ops.quantized.linear_dynamic), which quantizes each input per call (dynamic
+quantization, one scale per call) and returns float32. LayerNorm, softmax, attention over the cache, the
+positions and the log-probabilities stay float32. The embedding rows are looked up as int8 times their
+scale, and the pre-softmax linear (tied to them, §3.4) is an int8 product too.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.errors import ConfigError
+
+if TYPE_CHECKING:
+    from model.transformer import Transformer
+
+ENGINE = "fbgemm"  # torch's x86 int8 GEMM library
+# fbgemm's AVX2 kernel sums pairs of u8 x s8 products in int16, which can saturate: inputs are then quantized to
+# 7 bits (torch's reduce_range). Processors with AVX512-VNNI sum in int32 and keep all 8 bits.
+FULL_RANGE_CAPABILITIES = ("AVX512_VNNI", "AVX512_BF16", "AMX")
+
+
+def int8_unsupported(device: str | torch.device) -> str | None:
+    """Why int8 cannot run on this device and processor, or None when it can."""
+    if torch.device(device).type != "cpu":
+        return f"int8 runs on the CPU only, not on {device}; use bfloat16 or float16 there"
+    if ENGINE not in torch.backends.quantized.supported_engines:
+        return f"this torch build has no {ENGINE} int8 kernel (it has {torch.backends.quantized.supported_engines})"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith("AVX2") and not capability.startswith("AVX512") and capability != "AMX":
+        return f"the int8 kernel needs a processor with AVX2 or AVX-512; this one reports {capability}"
+    return None
+
+
+def reduce_range() -> bool:
+    """Whether inputs are quantized to 7 bits (see FULL_RANGE_CAPABILITIES)."""
+    return torch.backends.cpu.get_cpu_capability() not in FULL_RANGE_CAPABILITIES
+
+
+def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8: (q int8 (N, K), scale float32 (N,)) with w ~ q * scale[:, None]."""
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1) / 127.0  # (N,)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays zero
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def pack_int8(q: Tensor, scale: Tensor, bias: Tensor | None) -> Any:
+    """fbgemm's packed form of an int8 weight with per-row scales (and a float32 bias)."""
+    torch.backends.quantized.engine = ENGINE
+    zero = torch.zeros(q.size(0), dtype=torch.long)
+    with warnings.catch_warnings():  # quantized tensors are the kernel's only entry point
+        warnings.simplefilter("ignore", UserWarning)
+        qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
+    return torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
+
+
+class Int8Linear(nn.Module):
+    """x W^T + b with W int8 per output channel and x quantized per call (float32 in and out)."""
+
+    def __init__(self, q: Tensor, scale: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = q.size(1), q.size(0)
+        self.packed = pack_int8(q, scale, bias)
+        self.reduce_range = reduce_range()
+
+    @staticmethod
+    def of(linear: nn.Linear) -> Int8Linear:
+        q, scale = quantize_rows(linear.weight)
+        return Int8Linear(q, scale, linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, self.in_features), self.packed, self.reduce_range)
+        return cast(Tensor, y).view(*lead, self.out_features)  # (..., out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int8Embedding(nn.Module):
+    """An embedding table held as int8 rows and a scale per row; lookups return float32 rows."""
+
+    def __init__(self, q: Tensor, scale: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("q", q)
+        self.register_buffer("scale", scale)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.get_buffer("q")).float() * F.embedding(ids, self.get_buffer("scale")[:, None])
+
+
+def quantize_transformer(model: Transformer) -> None:
+    """Make model an int8 CPU inference model, in place: its nn.Linear layers become Int8Linear, its
+    embedding tables Int8Embedding (a shared table stays shared), and the pre-softmax linear an Int8Linear of
+    the target table when tied (§3.4), else of the output projection."""
+    tables: dict[int, Int8Embedding] = {}
+    for embed in (model.src_embed, model.tgt_embed):
+        tokens = embed.tokens
+        if id(tokens) not in tables:
+            tables[id(tokens)] = Int8Embedding(*quantize_rows(tokens.weight))
+        embed.tokens = tables[id(tokens)]  # type: ignore[assignment]
+    if model.out_proj is None:
+        table = cast(Int8Embedding, model.tgt_embed.tokens)
+        q, scale = table.get_buffer("q"), table.get_buffer("scale")
+    else:
+        q, scale = quantize_rows(model.out_proj.weight)
+        model.out_proj = None
+    model.int8_logits = Int8Linear(q, scale, model.logits_bias)
+    model.packed_logits = None
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, Int8Linear.of(child))
+
+
+def check_int8(device: str | torch.device) -> None:
+    """ConfigError when int8 cannot run here."""
+    why = int8_unsupported(device)
+    if why is not None:
+        raise ConfigError(why)

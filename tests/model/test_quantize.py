@@ -1,0 +1,83 @@
+"""int8 CPU inference (model.quantize): weights quantized per output channel at load, products on fbgemm's
+int8 kernel; everything else (search, attention maps, n-best, the CLI) works as in float32. Agreement with
+float32 on a trained model is tested in tests/training/test_train.py."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from model.errors import ConfigError
+from model.quantize import Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
+from model.translator import Translator
+from service.cli import main
+
+needs_int8 = pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))
+
+
+def test_rows_are_quantized_symmetrically_within_half_a_step() -> None:
+    w = torch.randn(6, 40)
+    w[2] = 0.0  # an all-zero row stays zero
+    q, scale = quantize_rows(w)
+    assert q.dtype == torch.int8 and scale.shape == (6,) and int(q.abs().max()) == 127
+    assert bool((q[2] == 0).all()) and scale[2] == 1.0
+    assert bool(((q.float() * scale[:, None] - w).abs() <= scale[:, None] / 2 + 1e-7).all())
+
+
+@needs_int8
+@pytest.mark.parametrize("shape", [(7, 32), (3, 5, 32)])
+def test_int8_linear_is_close_to_the_float_one(shape: tuple[int, ...]) -> None:
+    linear = nn.Linear(32, 48)
+    x = torch.randn(*shape)
+    got, want = Int8Linear.of(linear)(x), linear(x).detach()
+    assert got.shape == want.shape and got.dtype == torch.float32
+    # 8-bit weights and 7- or 8-bit inputs: about 1% of the output's scale.
+    assert float((got - want).abs().max()) < 0.03 * float(want.abs().max())
+
+
+@needs_int8
+def test_an_int8_translator_holds_no_float_matrices_and_decodes_with_every_option(checkpoint_dir: Path,
+                                                                                    sentences: list[str]) -> None:
+    tr = Translator.load(checkpoint_dir, device="cpu", dtype="int8")
+    model = tr.model
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
+    assert isinstance(model.src_embed.tokens, Int8Embedding) and model.src_embed.tokens is model.tgt_embed.tokens
+    assert all(p.dim() == 1 for p in model.parameters()), "only LayerNorm gains and biases stay float32"
+    out = tr.translate(sentences[:6], beam_size=3, n_best=2, max_len_a=0.0, max_len_b=6, return_attention=True)
+    assert [len(t.hypotheses) for t in out] == [2] * 6
+    for t in out:
+        att = t.attention
+        assert att is not None and att.cross.dtype == torch.float32
+        torch.testing.assert_close(att.cross.sum(-1), torch.ones(att.cross.shape[:-1]))  # rows of weights
+    # A batch decodes as its sentences alone (continuous batching included).
+    alone = [tr.translate([s], beam_size=3, max_len_a=0.0, max_len_b=6)[0].text for s in sentences[:6]]
+    assert [t.text for t in tr.translate(sentences[:6], beam_size=3, max_len_a=0.0, max_len_b=6)] == alone
+
+
+def test_int8_is_refused_on_cuda_and_on_processors_without_the_kernel(checkpoint_dir: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="CPU only"):
+        Translator.load(checkpoint_dir, device="cuda", dtype="int8")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    with pytest.raises(ConfigError, match="AVX2"):
+        Translator.load(checkpoint_dir, device="cpu", dtype="int8")
+
+
+@needs_int8
+def test_translate_command_takes_dtype_int8(checkpoint_dir: Path, sentences: list[str],
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    fast = ["--beam-size", "3", "--max-len-a", "0", "--max-len-b", "6"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(sentences[:4]) + "\n"))
+    assert main(["translate", "--model", str(checkpoint_dir), "--dtype", "int8", *fast]) == 0
+    expected = Translator.load(checkpoint_dir, dtype="int8").translate(sentences[:4], beam_size=3, max_len_a=0.0,
+                                                                      max_len_b=6)
+    assert capsys.readouterr().out.splitlines() == [t.text for t in expected]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert main(["translate", "--model", str(checkpoint_dir), "--dtype", "int8", "--device", "cuda", *fast]) == 2
+    assert "CPU only" in capsys.readouterr().err
