@@ -24,8 +24,10 @@ class LayerCache:
     """One decoder layer's state.
 
     kv: self-attention keys and values of the steps so far, in a buffer with room to grow,
-    (capacity, 2, R, h, d_k) with one row per hypothesis: a view of the first R rows of a buffer that may hold
-    more (rows of sentences that left). Time-major, so that reordering copies only the filled prefix.
+    (R, h, 2, capacity, d_k) with one row per hypothesis: a view of the first R rows of a buffer that may hold
+    more (rows of sentences that left). Row-major, so that reordering copies each row's filled positions as
+    runs of positions; keys and values apart within each head, so that the (R, h) axes of their views fold
+    into one batch axis and the matrix products read them in place, without a copy.
     Positions a row has not written hold finite values (zeros or another row's), never read unmasked.
     spare: a second buffer of the same shape that reordering writes into (the two swap).
     cross_k_t, cross_v: encoder-decoder keys, transposed, (B, h, d_k, S), and values, (B, h, S, d_k), one slot
@@ -41,8 +43,8 @@ class LayerCache:
 
     def keys_values(self, length: int) -> tuple[Tensor, Tensor]:
         """Views of the first `length` positions, each (R, h, length, d_k)."""
-        kv = self.kv[:length]  # (length, 2, R, h, d_k)
-        return kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3)
+        kv = self.kv[:, :, :, :length]  # (R, h, 2, length, d_k)
+        return kv[:, :, 0], kv[:, :, 1]
 
 
 Span = tuple[int, int, int]  # rows r0 .. r1 - 1 and the positions n they hold at most
@@ -82,7 +84,7 @@ class DecoderCache:
     @property
     def rows(self) -> int:
         """R, the number of hypotheses being decoded."""
-        return self.layers[0].kv.size(2)
+        return self.layers[0].kv.size(0)
 
     @property
     def sentences(self) -> int:
@@ -95,7 +97,7 @@ class DecoderCache:
 
     @property
     def capacity(self) -> int:
-        return self.layers[0].kv.size(0)
+        return self.layers[0].kv.size(3)
 
     def positions(self) -> StepPositions:
         """Where the next step writes (StepPositions)."""
@@ -127,7 +129,7 @@ class DecoderCache:
         R, rows = self.rows, _row_capacity(self.layers[0].kv)  # the buffers keep their room for rows
         for layer in self.layers:
             kv = _with_rows(_buffer(layer.kv, size, rows), R)
-            kv[:t] = layer.kv[:t]
+            kv[:, :, :, :t] = layer.kv[:, :, :, :t]
             layers.append(replace(layer, kv=kv, spare=_with_rows(_buffer(layer.kv, size, rows), R)))
         return replace(self, layers=tuple(layers))
 
@@ -152,11 +154,11 @@ class DecoderCache:
         for layer in self.layers:
             kv, spare = layer.spare, layer.kv
             if self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
-                kv, spare = kv.narrow(2, 0, R), spare.narrow(2, 0, R)
+                kv, spare = kv[:R], spare[:R]
             elif self.rows < R:  # more beams per sentence: new buffers
-                kv, spare = _buffer(layer.kv, layer.kv.size(0), R), _buffer(layer.kv, layer.kv.size(0), R)
+                kv, spare = _buffer(layer.kv, self.capacity, R), _buffer(layer.kv, self.capacity, R)
             for r0, r1, n in spans:
-                torch.index_select(layer.kv[:n], 2, beam_idx[r0:r1], out=kv[:n, :, r0:r1])
+                torch.index_select(layer.kv[:, :, :, :n], 0, beam_idx[r0:r1], out=kv[r0:r1, :, :, :n])
             layers.append(replace(layer, kv=kv, spare=spare, cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
                                   cross_v=_slots_moved(layer.cross_v, moved, len(kept))))
         cross_bias = _slots_moved(self.cross_bias, moved, len(kept))
@@ -188,9 +190,9 @@ class DecoderCache:
             if _row_capacity(old.kv) >= R:  # rows that left are free: take them
                 kv, spare = _with_rows(old.kv, R), _with_rows(old.spare, R)
             else:  # new buffers, with room for as many rows again
-                kv = _with_rows(_buffer(old.kv, max(old.kv.size(0), t + JOIN_ROOM), 2 * R), R)
-                spare = _with_rows(_buffer(old.kv, kv.size(0), 2 * R), R)
-                kv[:t, :, :self.rows] = old.kv[:t]
+                kv = _with_rows(_buffer(old.kv, max(self.capacity, t + JOIN_ROOM), 2 * R), R)
+                spare = _with_rows(_buffer(old.kv, kv.size(3), 2 * R), R)
+                kv[:self.rows, :, :, :t] = old.kv[:, :, :, :t]
             k_t = _slots_joined(old.cross_k_t, add.cross_k_t, S, dim=-1)
             v = _slots_joined(old.cross_v, add.cross_v, S, dim=-2)
             layers.append(LayerCache(kv=kv, spare=spare, cross_k_t=k_t, cross_v=v))
@@ -270,18 +272,18 @@ def _has_room(x: Tensor, size: list[int], dim: int) -> bool:
 
 
 def _row_capacity(kv: Tensor) -> int:
-    """The rows of the buffer that kv (its first R rows) views."""
-    return kv.stride(1) // kv.stride(2)
+    """The rows of the buffer that kv (its first R rows, from the buffer's start) views."""
+    return max(kv.size(0), kv.untyped_storage().nbytes() // kv.element_size() // kv.stride(0))  # empty: its own
 
 
 def _with_rows(kv: Tensor, rows: int) -> Tensor:
     """The view of the first `rows` rows of kv's buffer (at most its row capacity)."""
-    return kv.as_strided((kv.size(0), 2, rows, *kv.shape[3:]), kv.stride(), kv.storage_offset())
+    return kv.as_strided((rows, *kv.shape[1:]), kv.stride(), kv.storage_offset())
 
 
 def _buffer(like: Tensor, capacity: int, rows: int) -> Tensor:
-    """A new (capacity, 2, rows, h, d_k) buffer of zeros. Rows read (masked) positions they have not written,
+    """A new (rows, h, 2, capacity, d_k) buffer of zeros. Rows read (masked) positions they have not written,
     which must hold finite values: zeros, or what another row once wrote there. So no buffer is ever left
     uninitialized, and a row that takes over another's place needs no clearing."""
-    return like.new_zeros(capacity, 2, rows, *like.shape[3:])
+    return like.new_zeros(rows, like.size(1), 2, capacity, like.size(4))
 

@@ -111,9 +111,9 @@ class SelfAttention(nn.Module):
         R, _, d_model = x.shape
         qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
         if where.index is None:  # every row at position t
-            cache.kv[where.t] = qkv[:, 1:].transpose(0, 1)  # (2, R, h, d_k)
+            cache.kv[:, :, :, where.t] = qkv[:, 1:].transpose(1, 2)  # (R, h, 2, d_k)
         else:  # row r at position index[r]
-            cache.kv[where.index, :, where.rows] = qkv[:, 1:]  # (R, 2, h, d_k)
+            cache.kv[where.rows, :, :, where.index] = qkv[:, 1:].transpose(1, 2)  # (R, h, 2, d_k)
         k, v = cache.keys_values(where.t + 1)  # each (R, h, t + 1, d_k)
         q = qkv[:, 0, :, None]  # (R, h, 1, d_k)
         if len(where.spans) <= 1:

@@ -190,7 +190,7 @@ class Transformer(nn.Module):
         """Cross-attention keys and values for every layer, computed once per source, and room for
         `capacity` target positions (it grows when needed) of `beams` rows per sentence."""
         B = memory.size(0)
-        kv = memory.new_zeros(capacity, 2, B * beams, self.cfg.h, self.cfg.d_k)  # (capacity, 2, R, h, d_k)
+        kv = memory.new_zeros(B * beams, self.cfg.h, 2, capacity, self.cfg.d_k)  # (R, h, 2, capacity, d_k)
         layers = tuple(LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
                        for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
         mask = key_mask(src_mask)
