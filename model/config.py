@@ -8,6 +8,10 @@ from typing import Any, Literal, TypeVar
 
 from model.errors import ConfigError
 
+# The weight types a model loads in, by name, for Translator.load and the service's settings alike: "auto" is
+# float32 on the CPU and bfloat16 on CUDA; "int8" runs on the CPU only (model.quantize).
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "int8")
+
 T = TypeVar("T")
 
 Norm = Literal["post", "pre"]

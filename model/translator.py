@@ -13,7 +13,7 @@ from torch import Tensor
 
 from model.beam import BeamLoop, Hypothesis, search_all
 from model.checkpoint import CheckpointMeta, load_checkpoint
-from model.config import DecodingConfig
+from model.config import DTYPE_NAMES, DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.quantize import check_int8, quantize_transformer
 from model.tokenizer import Tokenizer
@@ -88,8 +88,8 @@ class Translator:
         device = device or ("cpu" if dtype == "int8" else default_device())
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
-        if dtype not in DTYPES and dtype != "int8":
-            raise ConfigError(f"dtype must be 'auto', 'int8' or one of {sorted(DTYPES)}, got {dtype!r}")
+        if dtype not in DTYPE_NAMES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
         if dtype == "int8":
             check_int8(device)
         if threads is not None:

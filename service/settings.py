@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from model.config import DTYPE_NAMES
+
 MIN_KEY_LENGTH = 16
 
 
@@ -70,8 +72,8 @@ class ServiceSettings(BaseSettings):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
-        if v not in ("auto", "float32", "bfloat16", "float16", "int8"):
-            raise ValueError(f"dtype must be auto, float32, bfloat16, float16 or int8, got {v!r}")
+        if v not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {v!r}")
         return v
 
     @model_validator(mode="after")
