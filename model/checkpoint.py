@@ -1,6 +1,7 @@
 """The checkpoint format: a directory of config.json, model.safetensors and SentencePiece files.
 
-Loading never unpickles anything: weights are read with safetensors only.
+Loading never unpickles anything: weights are read with safetensors only. An int8 checkpoint (`transformer
+quantize`, model.quantize) holds its linear and embedding weights as int8 rows, each with float32 scales.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from safetensors.torch import save_file
 
 from model.config import ModelConfig
 from model.errors import CheckpointError, ModelError
+from model.quantize import SCALE_SUFFIX, Rows, int8_names, int8_rows, quantize_transformer
 from model.tokenizer import TokenizerConfig
 from model.transformer import Transformer
 
@@ -30,6 +32,8 @@ FORMAT_VERSION = 1
 PICKLE_FILES = ("pytorch_model.bin", "model.pt", "checkpoint.pt")
 Task = Literal["translation", "summarization"]
 TASKS = ("translation", "summarization")
+Weights = Literal["float32", "int8"]
+WEIGHTS = ("float32", "int8")
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,18 @@ class CheckpointMeta:
     source_lang: str | None = None
     target_lang: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (training run, import source)
+    weights: Weights = "float32"  # int8: written by `transformer quantize`, for int8 inference only
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {self.weights!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION, "task": self.task, "source_lang": self.source_lang,
             "target_lang": self.target_lang, "model": self.model.to_dict(),
             "tokenizer": self.tokenizer.to_dict(), "extra": self.extra,
+            **({"weights": self.weights} if self.weights != "float32" else {}),
         }
 
     @classmethod
@@ -59,7 +69,7 @@ class CheckpointMeta:
         return cls(
             model=ModelConfig.from_dict(data["model"]), tokenizer=TokenizerConfig.from_dict(data["tokenizer"]),
             task=data["task"], source_lang=data.get("source_lang"), target_lang=data.get("target_lang"),
-            extra=dict(data.get("extra") or {}),
+            extra=dict(data.get("extra") or {}), weights=data.get("weights", "float32"),
         )
 
 
@@ -99,6 +109,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600: a service running as another user must read it
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -108,6 +119,25 @@ def atomic_path(path: Path) -> Iterator[Path]:
 def save_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointMeta,
                     tokenizer_dir: str | Path | None = None) -> Path:
     """Write a checkpoint; each file is replaced atomically. Tokenizer files are copied from tokenizer_dir."""
+    if meta.weights != "float32":
+        raise ValueError("save_checkpoint writes float32 weights; save_int8_checkpoint writes int8 ones")
+    tensors = {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
+    return write_checkpoint(directory, tensors, model, meta, tokenizer_dir)
+
+
+def save_int8_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointMeta,
+                         tokenizer_dir: str | Path | None = None) -> Path:
+    """Write the float model as an int8 checkpoint: each weight of int8_names as int8 rows (under its own
+    name) and their float32 scales (under the name + SCALE_SUFFIX); the rest as float32."""
+    tensors = {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
+    for name, (q, scale) in int8_rows(model).items():
+        tensors[name], tensors[name + SCALE_SUFFIX] = q.cpu(), scale.cpu()
+    return write_checkpoint(directory, tensors, model, replace(meta, weights="int8"), tokenizer_dir)
+
+
+def write_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], model: Transformer,
+                     meta: CheckpointMeta, tokenizer_dir: str | Path | None) -> Path:
+    """Write tokenizer files, weights and config.json, each replaced atomically and readable by all (0644)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if meta.model != model.cfg:
@@ -116,7 +146,6 @@ def save_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointM
         for name in meta.tokenizer.files():
             with atomic_path(directory / name) as tmp:
                 shutil.copyfile(Path(tokenizer_dir) / name, tmp)
-    tensors = {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
     with atomic_path(directory / WEIGHTS_FILE) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     with atomic_path(directory / CONFIG_FILE) as tmp:
@@ -124,13 +153,18 @@ def save_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointM
     return directory
 
 
-def load_weights(model: Transformer, path: Path) -> None:
-    """Copy tensors from a safetensors file into model, checking names and shapes."""
+def missing_weights(path: Path) -> CheckpointError:
+    pickles = [n for n in PICKLE_FILES if (path.parent / n).exists()]
+    hint = f"; found {pickles[0]}, a pickle, which is never loaded" if pickles else ""
+    return CheckpointError(path, f"weights file is missing{hint}")
+
+
+def read_tensors(path: Path, expected: dict[str, tuple[tuple[int, ...], torch.dtype | None]]) -> Iterator[
+        tuple[str, torch.Tensor]]:
+    """Each tensor of a safetensors file that holds exactly the expected names, shapes and dtypes (None: any
+    floating dtype)."""
     if not path.is_file():
-        pickles = [n for n in PICKLE_FILES if (path.parent / n).exists()]
-        hint = f"; found {pickles[0]}, a pickle, which is never loaded" if pickles else ""
-        raise CheckpointError(path, f"weights file is missing{hint}")
-    expected = unique_tensors(model)
+        raise missing_weights(path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             found = set(f.keys())
@@ -138,15 +172,52 @@ def load_weights(model: Transformer, path: Path) -> None:
             if missing or unexpected:
                 raise CheckpointError(path, f"tensors do not match the config: missing {missing[:5]}, "
                                             f"unexpected {unexpected[:5]}")
-            for name, target in expected.items():
+            for name, (shape, dtype) in expected.items():
                 tensor = f.get_tensor(name)
-                if tensor.shape != target.shape:
+                if tuple(tensor.shape) != shape:
                     raise CheckpointError(path, f"tensor {name} has shape {tuple(tensor.shape)}, "
-                                                f"the config needs {tuple(target.shape)}")
-                with torch.no_grad():
-                    target.copy_(tensor)
+                                                f"the config needs {shape}")
+                if tensor.dtype != dtype and not (dtype is None and tensor.is_floating_point()):
+                    raise CheckpointError(path, f"tensor {name} is {tensor.dtype}, "
+                                                f"not {dtype or 'a floating type'}")
+                yield name, tensor
     except SafetensorError as e:
         raise CheckpointError(path, f"not a valid safetensors file, truncated or of another format ({e})") from e
+
+
+def load_weights(model: Transformer, path: Path) -> None:
+    """Copy tensors from a float safetensors file into model, checking names, shapes and types."""
+    targets = unique_tensors(model)
+    expected = {n: (tuple(t.shape), None if t.is_floating_point() else t.dtype) for n, t in targets.items()}
+    with torch.no_grad():
+        for name, tensor in read_tensors(path, expected):
+            targets[name].copy_(tensor)
+
+
+def load_int8_weights(model: Transformer, path: Path) -> Rows:
+    """Fill model's float32 tensors from an int8 checkpoint file and return its int8 rows by name."""
+    targets = unique_tensors(model)
+    quantized = set(int8_names(model))
+    expected: dict[str, tuple[tuple[int, ...], torch.dtype | None]] = {}
+    for name, t in targets.items():
+        expected[name] = (tuple(t.shape), torch.int8 if name in quantized else None)
+        if name in quantized:
+            expected[name + SCALE_SUFFIX] = ((t.size(0),), torch.float32)
+    tensors: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, tensor in read_tensors(path, expected):
+            if name in quantized or name.endswith(SCALE_SUFFIX):
+                tensors[name] = tensor
+            else:
+                targets[name].copy_(tensor)
+    rows: Rows = {}
+    for name in quantized:
+        q, scale = tensors[name], tensors[name + SCALE_SUFFIX]
+        if not bool(torch.isfinite(scale).all()) or not bool((scale > 0).all()) or int(q.min()) < -127:
+            raise CheckpointError(path, f"tensor {name}: int8 rows must lie in [-127, 127] with positive, "
+                                        "finite scales")
+        rows[name] = (q, scale)
+    return rows
 
 
 def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu",
@@ -154,6 +225,35 @@ def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu",
     """Build the model of config.json and fill it from model.safetensors, in eval mode."""
     directory = Path(directory)
     meta = read_meta(directory)
-    model = Transformer(meta.model)
+    if meta.weights != "float32":
+        raise CheckpointError(directory / CONFIG_FILE, f"holds {meta.weights} weights (written by `transformer "
+                                                       f"quantize`), for {meta.weights} inference only: load it "
+                                                       f"with dtype {meta.weights}, or use the float checkpoint")
+    model = Transformer.for_loading(meta.model)
     load_weights(model, directory / WEIGHTS_FILE)
     return model.to(device=device, dtype=dtype).eval(), meta
+
+
+def load_int8_checkpoint(directory: str | Path) -> tuple[Transformer, CheckpointMeta]:
+    """An int8 CPU inference model (model.quantize) from an int8 checkpoint, its rows used as written."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    if meta.weights != "int8":
+        raise CheckpointError(directory / CONFIG_FILE, "holds float32 weights, not int8 ones")
+    model = Transformer.for_loading(meta.model)
+    rows = load_int8_weights(model, directory / WEIGHTS_FILE)
+    quantize_transformer(model, rows)
+    return model.eval(), meta
+
+
+def quantize_checkpoint(src: str | Path, out: str | Path, force: bool = False) -> tuple[int, int]:
+    """Write the float checkpoint src as an int8 checkpoint out (`transformer quantize`); the weight files'
+    sizes in bytes, before and after. A checkpoint already in out is replaced only with force."""
+    src, out = Path(src), Path(out)
+    if out.resolve() == src.resolve():
+        raise CheckpointError(out, "is the checkpoint being quantized; write the int8 copy elsewhere")
+    if (out / CONFIG_FILE).exists() and not force:
+        raise CheckpointError(out, "already holds a checkpoint; pass --force to replace it")
+    model, meta = load_checkpoint(src)
+    save_int8_checkpoint(out, model, meta, tokenizer_dir=src)
+    return (src / WEIGHTS_FILE).stat().st_size, (out / WEIGHTS_FILE).stat().st_size

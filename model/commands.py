@@ -1,4 +1,4 @@
-"""The `transformer translate` and `transformer import` subcommands."""
+"""The `transformer translate`, `transformer import` and `transformer quantize` subcommands."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--target-lang", default=None)
     p.set_defaults(run=run_import)
 
+    p = sub.add_parser("quantize", help="write an int8 copy of a checkpoint, for int8 inference on the CPU")
+    p.add_argument("src", help="the float checkpoint directory")
+    p.add_argument("out", help="the int8 checkpoint directory to write")
+    p.add_argument("--force", action="store_true", help="replace a checkpoint already in OUT")
+    p.set_defaults(run=run_quantize)
+
 
 def chunks(lines: TextIO, size: int) -> Iterator[list[str]]:
     it = (line.rstrip("\n") for line in lines)
@@ -80,4 +86,13 @@ def run_import(args: argparse.Namespace) -> int:
 
     out = import_marian(args.src, args.out, source_lang=args.source_lang, target_lang=args.target_lang)
     print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    from model.checkpoint import quantize_checkpoint
+
+    src, out = quantize_checkpoint(args.src, args.out, force=args.force)
+    print(f"wrote {args.out}: weights {src / 2**20:.1f} MiB -> {out / 2**20:.1f} MiB ({out / src:.2f}x)",
+          file=sys.stderr)
     return 0

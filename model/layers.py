@@ -252,6 +252,14 @@ class Embedding(nn.Module):
             self.register_buffer("table", sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout),
                                  persistent=False)
         self.drop = Dropout(cfg.p_drop)
+        self.cfg = cfg
+
+    def reset_table(self) -> None:
+        """Recompute the sinusoid table (a model built on the meta device has none: Transformer.for_loading)."""
+        if self.positions is None:
+            cfg = self.cfg
+            table = sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout)
+            self.register_buffer("table", table.to(self.get_buffer("table").device), persistent=False)
 
     def position(self, start: int, length: int) -> Tensor:
         """Position vectors for positions start .. start + length - 1: (length, d_model)."""

@@ -99,28 +99,49 @@ class Int8Embedding(nn.Module):
         return F.embedding(ids, self.get_buffer("q")).float() * F.embedding(ids, self.get_buffer("scale")[:, None])
 
 
-def quantize_transformer(model: Transformer) -> None:
-    """Make model an int8 CPU inference model, in place: its nn.Linear layers become Int8Linear, its
-    embedding tables Int8Embedding (a shared table stays shared), and the pre-softmax linear an Int8Linear of
-    the target table when tied (§3.4), else of the output projection."""
+Rows = dict[str, tuple[Tensor, Tensor]]  # a float weight's name -> its int8 rows and their scales
+SCALE_SUFFIX = ".int8_scale"  # in an int8 checkpoint, the scales of the int8 tensor named before the suffix
+
+
+def int8_names(model: Transformer) -> list[str]:
+    """The weights int8 holds as rows: every linear layer's and embedding table's (a shared table once)."""
+    return [f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear | nn.Embedding)]
+
+
+def int8_rows(model: Transformer) -> Rows:
+    """The float model's weights quantized per row (quantize_rows), by name."""
+    weights = dict(model.named_parameters())
+    return {name: quantize_rows(weights[name]) for name in int8_names(model)}
+
+
+def quantize_transformer(model: Transformer, rows: Rows | None = None) -> None:
+    """Make model an int8 CPU inference model, in place, from rows (default: its own weights quantized): its
+    nn.Linear layers become Int8Linear, its embedding tables Int8Embedding (a shared table stays shared), and
+    the pre-softmax linear an Int8Linear of the target table when tied (§3.4), else of the output projection."""
+    rows = int8_rows(model) if rows is None else rows
+    names = {id(m): name for name, m in model.named_modules()}  # each module under its first name
+
+    def of(module: nn.Module) -> tuple[Tensor, Tensor]:
+        return rows[f"{names[id(module)]}.weight"]
+
     tables: dict[int, Int8Embedding] = {}
     for embed in (model.src_embed, model.tgt_embed):
         tokens = embed.tokens
         if id(tokens) not in tables:
-            tables[id(tokens)] = Int8Embedding(*quantize_rows(tokens.weight))
+            tables[id(tokens)] = Int8Embedding(*of(tokens))
         embed.tokens = tables[id(tokens)]  # type: ignore[assignment]
     if model.out_proj is None:
         table = cast(Int8Embedding, model.tgt_embed.tokens)
         q, scale = table.get_buffer("q"), table.get_buffer("scale")
     else:
-        q, scale = quantize_rows(model.out_proj.weight)
+        q, scale = of(model.out_proj)
         model.out_proj = None
     model.int8_logits = Int8Linear(q, scale, model.logits_bias)
     model.packed_logits = None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(module, name, Int8Linear.of(child))
+                setattr(module, name, Int8Linear(*of(child), child.bias))
 
 
 def check_int8(device: str | torch.device) -> None:

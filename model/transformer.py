@@ -110,6 +110,17 @@ class Transformer(nn.Module):
         self.int8_logits: Int8Linear | None = None  # the pre-softmax linear in int8 (model.quantize)
         self.reset_parameters()
 
+    @classmethod
+    def for_loading(cls, cfg: ModelConfig) -> Transformer:
+        """A CPU model whose weights hold whatever memory held, to be filled from a checkpoint: built on the meta
+        device, it skips the random initialisation (seconds for the base shape)."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        model.to_empty(device="cpu")
+        for embed in (model.src_embed, model.tgt_embed):
+            embed.reset_table()
+        return model
+
     @property
     def decoder_layers(self) -> list[DecoderLayer]:
         return cast(list[DecoderLayer], list(self.decoder))

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from model.beam import BeamLoop, Hypothesis, search_all
-from model.checkpoint import CheckpointMeta, load_checkpoint
+from model.checkpoint import CheckpointMeta, load_checkpoint, load_int8_checkpoint, read_meta
 from model.config import DTYPE_NAMES, DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.quantize import check_int8, quantize_transformer
@@ -82,9 +82,16 @@ class Translator:
     def load(cls, path: str | Path, device: str | None = None, dtype: str = "auto",
              threads: int | None = None, pack: bool = True) -> Translator:
         """Load a checkpoint directory onto device (default: CUDA when available), dtype float32 on CPU
-        and bfloat16 on CUDA unless given, or int8 on the CPU (model.quantize: weights quantized at load);
+        and bfloat16 on CUDA unless given, or int8 on the CPU (model.quantize: weights quantized at load, or
+        read from an int8 checkpoint, which auto loads as int8);
         threads fixes the number of CPU threads; pack pre-packs the float32 linear weights for the CPU
         (model.packing: faster, same arithmetic)."""
+        int8_file = read_meta(path).weights == "int8"  # an int8 checkpoint (`transformer quantize`)
+        if int8_file:
+            if dtype not in ("auto", "int8"):
+                raise ConfigError(f"{path} holds int8 weights (written by `transformer quantize`): load it with "
+                                  f"dtype int8 or auto, not {dtype}, or load the float checkpoint it came from")
+            dtype = "int8"
         device = device or ("cpu" if dtype == "int8" else default_device())
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
@@ -94,11 +101,14 @@ class Translator:
             check_int8(device)
         if threads is not None:
             torch.set_num_threads(threads)
-        model, meta = load_checkpoint(path, device=device, dtype=DTYPES.get(dtype, torch.float32))
-        if dtype == "int8":
-            quantize_transformer(model)
-        elif pack:
-            model.pack_for_cpu()  # a no-op on CUDA and for other dtypes
+        if int8_file:
+            model, meta = load_int8_checkpoint(path)
+        else:
+            model, meta = load_checkpoint(path, device=device, dtype=DTYPES.get(dtype, torch.float32))
+            if dtype == "int8":
+                quantize_transformer(model)
+            elif pack:
+                model.pack_for_cpu()  # a no-op on CUDA and for other dtypes
         return cls(model, Tokenizer(path, meta.tokenizer), meta)
 
     @property

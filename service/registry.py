@@ -102,10 +102,12 @@ class Registry:
         return [info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts)]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
-        """Load every model's weights and warm it up with one short decode."""
+        """Load every model's weights and warm it up with one short decode. An int8 checkpoint (`transformer
+        quantize`) loads as int8 whatever dtype is configured."""
         out = {}
         for info in self.models.values():
-            translator = Translator.load(info.path, device=device, dtype=dtype, threads=threads)
+            as_dtype = "int8" if info.meta.weights == "int8" else dtype
+            translator = Translator.load(info.path, device=device, dtype=as_dtype, threads=threads)
             translator.translate(["Hello."], beam_size=2, max_len_b=4)
             out[info.id] = translator
             log.info("loaded %s (%s) on %s", info.id, info.task, translator.device)

@@ -151,7 +151,8 @@ class ModelEntry(BaseModel):
     parameters: dict[str, Any] = Field(description="N, d_model, d_ff, h of the checkpoint")
     dtype: str = Field("auto", description="the weights' type in the workers as configured (TRANSFORMER_DTYPE): "
                                           "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "
-                                          "float16 or int8")
+                                          "float16 or int8; int8 for an int8 checkpoint "
+                                          "(`transformer quantize`) whatever is configured")
 
 
 class ModelsResponse(BaseModel):

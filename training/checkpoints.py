@@ -137,6 +137,8 @@ def average_checkpoints(paths: list[Path], out: Path) -> Path:
     for path in paths:
         if read_meta(path).model != meta.model:
             raise CheckpointError(path, "has a different model config from the others")
+        if read_meta(path).weights != "float32":
+            raise CheckpointError(path, "holds int8 weights (`transformer quantize`); average float checkpoints")
         model = Transformer(meta.model)
         load_weights(model, path / WEIGHTS_FILE)
         for name, p in model.state_dict().items():

@@ -64,6 +64,8 @@ def test_save_then_load_is_bit_exact(tmp_path: Path, overrides: dict[str, Any]) 
     assert loaded.cfg == model.cfg
     assert not loaded.training
     assert_same_weights(model, loaded)
+    # Built on the meta device (Transformer.for_loading), the shared table stays one tensor.
+    assert (loaded.src_embed.tokens.weight is loaded.tgt_embed.tokens.weight) == model.cfg.share_embeddings
     src, mask, tgt_ids = torch.tensor([[5, 6, 3]]), torch.ones(1, 3, dtype=torch.bool), torch.tensor([[2, 7]])
     with torch.no_grad():
         assert torch.equal(model(src, mask, tgt_ids), loaded(src, mask, tgt_ids))

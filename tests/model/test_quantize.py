@@ -5,15 +5,19 @@ float32 on a trained model is tested in tests/training/test_train.py."""
 from __future__ import annotations
 
 import io
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
-from model.errors import ConfigError
-from model.quantize import Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
+from model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_checkpoint, load_int8_checkpoint, read_meta
+from model.errors import CheckpointError, ConfigError
+from model.quantize import SCALE_SUFFIX, Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
 from model.translator import Translator
 from service.cli import main
 
@@ -81,3 +85,95 @@ def test_translate_command_takes_dtype_int8(checkpoint_dir: Path, sentences: lis
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
     assert main(["translate", "--model", str(checkpoint_dir), "--dtype", "int8", "--device", "cuda", *fast]) == 2
     assert "CPU only" in capsys.readouterr().err
+
+
+# -- the int8 checkpoint (`transformer quantize`) ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def int8_dir(tmp_path_factory: pytest.TempPathFactory, checkpoint_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("int8") / "ckpt"
+    assert main(["quantize", str(checkpoint_dir), str(out)]) == 0
+    return out
+
+
+@needs_int8
+def test_an_int8_checkpoint_decodes_exactly_as_quantizing_at_load(int8_dir: Path, checkpoint_dir: Path,
+                                                                   sentences: list[str]) -> None:
+    opts = {"beam_size": 3, "n_best": 2, "max_len_a": 0.0, "max_len_b": 8}
+    at_load = Translator.load(checkpoint_dir, dtype="int8").translate(sentences, **opts)
+    from_file = Translator.load(int8_dir).translate(sentences, **opts)  # auto: int8, on the CPU
+    assert [[(h.text, h.score) for h in t.hypotheses] for t in from_file] == \
+        [[(h.text, h.score) for h in t.hypotheses] for t in at_load]
+    assert read_meta(int8_dir).weights == "int8" and read_meta(int8_dir).model == read_meta(checkpoint_dir).model
+    ratio = (int8_dir / WEIGHTS_FILE).stat().st_size / (checkpoint_dir / WEIGHTS_FILE).stat().st_size
+    assert ratio < 0.35, f"int8 file is {ratio:.2f}x the float one"
+    assert all((int8_dir / f).stat().st_mode & 0o777 == 0o644 for f in (CONFIG_FILE, WEIGHTS_FILE))
+
+
+def test_an_int8_checkpoint_is_refused_where_float_weights_are_needed(int8_dir: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="holds int8 weights"):
+        Translator.load(int8_dir, dtype="float32")
+    with pytest.raises(CheckpointError, match="for int8 inference only"):
+        load_checkpoint(int8_dir)  # training, averaging and export read float weights
+    assert main(["quantize", str(int8_dir), str(tmp_path / "again")]) == 2  # already int8
+    assert "int8" in capsys.readouterr().err
+
+
+def test_quantize_does_not_overwrite_a_checkpoint_unless_forced(int8_dir: Path, checkpoint_dir: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quantize", str(checkpoint_dir), str(checkpoint_dir)]) == 2
+    assert "elsewhere" in capsys.readouterr().err
+    assert read_meta(checkpoint_dir).weights == "float32"
+    assert main(["quantize", str(checkpoint_dir), str(int8_dir)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["quantize", str(checkpoint_dir), str(int8_dir), "--force"]) == 0
+    assert "MiB" in capsys.readouterr().err
+
+
+def tampered(int8_dir: Path, tmp_path: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> Path:
+    out = tmp_path / "tampered"
+    shutil.copytree(int8_dir, out)
+    tensors = load_file(str(out / WEIGHTS_FILE))
+    change(tensors)
+    save_file(tensors, str(out / WEIGHTS_FILE))
+    return out
+
+
+def as_float(t: dict[str, torch.Tensor]) -> None:
+    t["src_embed.tokens.weight"] = t["src_embed.tokens.weight"].float()
+
+
+def drop_scale(t: dict[str, torch.Tensor]) -> None:
+    del t["src_embed.tokens.weight" + SCALE_SUFFIX]
+
+
+def short_scale(t: dict[str, torch.Tensor]) -> None:
+    name = "src_embed.tokens.weight" + SCALE_SUFFIX
+    t[name] = t[name][:-1].clone()
+
+
+def zero_scale(t: dict[str, torch.Tensor]) -> None:
+    t["src_embed.tokens.weight" + SCALE_SUFFIX][0] = 0.0
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (as_float, "is torch.float32, not torch.int8"),
+    (drop_scale, "missing"),
+    (short_scale, "has shape"),
+    (zero_scale, "positive, finite scales"),
+])
+def test_an_int8_checkpoint_that_does_not_match_is_refused(int8_dir: Path, tmp_path: Path,
+                                                           change: Callable[[dict[str, torch.Tensor]], None],
+                                                           message: str) -> None:
+    with pytest.raises(CheckpointError, match=message):
+        load_int8_checkpoint(tampered(int8_dir, tmp_path, change))
+
+
+def test_a_truncated_int8_checkpoint_is_refused(int8_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cut"
+    shutil.copytree(int8_dir, out)
+    data = (out / WEIGHTS_FILE).read_bytes()
+    (out / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_int8_checkpoint(out)

@@ -3,6 +3,7 @@ code and a clear message in the one error shape, never a 500."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from model.checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from model.translator import Translator
 from service.app import create_app
@@ -257,6 +259,23 @@ def test_dtype_int8_serves_what_the_int8_translator_gives(models_dir: Path) -> N
         r = client.post("/translate", json={"q": texts, "model": "tiny-en-de", **SHORT})
         assert r.status_code == 200, r.text
         int8 = Translator.load(models_dir / "tiny-en-de", dtype="int8")
+        assert r.json()["translatedText"] == [t.text for t in int8.translate(texts, max_len_a=0.0, max_len_b=6)]
+    finally:
+        client.__exit__(None, None, None)
+
+
+@pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))
+def test_an_int8_checkpoint_is_served_as_int8_beside_float_models(models_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "tiny-en-de")
+    quantize_checkpoint(tmp_path / "tiny-en-de", tmp_path / "tiny-en-de-int8")
+    client = ready_client(tmp_path, dtype="float32")
+    try:
+        models = {m["id"]: m["dtype"] for m in client.get("/models").json()["models"]}
+        assert models == {"tiny-en-de": "float32", "tiny-en-de-int8": "int8"}
+        texts = make_sentences(3, seed=12)
+        r = client.post("/translate", json={"q": texts, "model": "tiny-en-de-int8", **SHORT})
+        assert r.status_code == 200, r.text
+        int8 = Translator.load(tmp_path / "tiny-en-de", dtype="int8")  # quantized at load: the same rows
         assert r.json()["translatedText"] == [t.text for t in int8.translate(texts, max_len_a=0.0, max_len_b=6)]
     finally:
         client.__exit__(None, None, None)

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from model import Translator
+from model.checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from service.cli import main
 from training.config import from_dict
@@ -78,13 +79,16 @@ def test_tiny_model_learns_to_copy(copy_run: Path) -> None:
 
 
 @pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))
-def test_int8_agrees_with_float32_on_the_trained_model(copy_run: Path) -> None:
-    """Most outputs of the int8 model (model.quantize) equal float32's: quantization error flips few choices."""
+def test_int8_agrees_with_float32_on_the_trained_model(copy_run: Path, tmp_path: Path) -> None:
+    """Most outputs of the int8 model (model.quantize) equal float32's: quantization error flips few choices.
+    Its int8 checkpoint (`transformer quantize`) decodes exactly as quantizing at load."""
     test = [json.loads(line)["source"] for line in (copy_run / "data" / "test.jsonl").read_text().splitlines()]
     f32 = [t.text for t in Translator.load(copy_run / "best", device="cpu").translate(test, beam_size=4)]
     int8 = [t.text for t in Translator.load(copy_run / "best", dtype="int8").translate(test, beam_size=4)]
     same = sum(a == b for a, b in zip(f32, int8, strict=True)) / len(test)
     assert same >= 0.9, f"{same:.1%} of int8 outputs equal float32's"
+    quantize_checkpoint(copy_run / "best", tmp_path / "int8")
+    assert [t.text for t in Translator.load(tmp_path / "int8").translate(test, beam_size=4)] == int8
 
 
 def test_killed_run_resumes_with_the_same_loss_curve(tmp_path: Path, corpus: Path) -> None:
