@@ -1,9 +1,14 @@
-# syntax=docker/dockerfile:1
-# The Transformer service: one image for the HTTP API (the default) and the queue workers.
+# The Transformer service: one image for the HTTP API (the default) and the queue workers. It holds the serving
+# set of packages only; training needs the `train` extra (pip install 'transformer-service[train]').
 #
 #   CPU:   docker build -t transformer-service:cpu .
 #   CUDA:  docker build -t transformer-service:cuda --build-arg TORCH_INDEX_URL=https://pypi.org/simple .
 #          (PyPI's Linux torch is the CUDA build; https://download.pytorch.org/whl/cuXYZ picks a CUDA version)
+#   Behind a proxy or a private index: --build-arg PIP_INDEX_URL=https://INDEX/simple (and TORCH_INDEX_URL), and
+#          a CA bundle for it with --secret id=pip-ca,src=/path/to/ca.pem (kept out of every layer).
+#
+# No `# syntax=` line: the frontend built into Docker 20.10 and newer reads this file, where a `syntax=` line would
+# make BuildKit fetch a frontend image from Docker Hub first.
 #
 #   docker run -p 8000:8000 -v models:/models transformer-service:cpu           # the API, embedded queue
 #   docker run -e REDIS_URL=redis://HOST:6379/0 -v models:/models IMAGE worker   # a worker
@@ -16,8 +21,10 @@ ARG PYTHON_IMAGE=python:3.11-slim
 # -- builder: a virtual environment holding torch and the project -------------------------------------
 FROM ${PYTHON_IMAGE} AS builder
 
-# Where torch comes from: PyTorch's CPU wheels by default, a CUDA build with another index.
+# Where torch comes from: PyTorch's CPU wheels by default, a CUDA build with another index. Where the rest comes
+# from: PyPI, unless PIP_INDEX_URL names another index.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_INDEX_URL=https://pypi.org/simple
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -25,19 +32,23 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 
-# The README's install command, `pip install torch==2.13.0 && pip install -e .`, in two layers so that a
-# change of the code does not fetch torch again; tests/docker/test_dockerfile.py checks that the two agree.
+# The README's install command, `pip install torch==2.13.0 && pip install -e ".[train]"` without the train extra,
+# in two layers so that a change of the code does not fetch torch again; tests/docker/test_dockerfile.py checks
+# that the two agree.
 # torch comes from TORCH_INDEX_URL; the project is installed, not linked (-e), since /src is not kept.
-# pip's cache lives in a BuildKit cache mount: it speeds up rebuilds and never enters a layer.
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0
+# pip's cache lives in a BuildKit cache mount: it speeds up rebuilds and never enters a layer. The optional
+# pip-ca secret is a CA bundle for a proxy or index (PIP_CERT), mounted for the install only.
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+    && pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0
 
 COPY pyproject.toml README.md ./
 COPY model ./model
 COPY training ./training
 COPY service ./service
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install .
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+    && pip install --index-url "${PIP_INDEX_URL}" .
 
 # -- runtime: the virtual environment, a non-root user, the entry point ---------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

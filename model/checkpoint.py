@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from model.config import ModelConfig
-from model.errors import CheckpointError, ModelError
+from model.errors import CheckpointError, ModelError, check_readable
 from model.quantize import SCALE_SUFFIX, Rows, int8_names, int8_rows, quantize_transformer
 from model.tokenizer import TokenizerConfig
 from model.transformer import Transformer
@@ -76,9 +76,11 @@ class CheckpointMeta:
 def read_meta(directory: str | Path) -> CheckpointMeta:
     """Parse and check config.json, naming the file in every error."""
     directory = Path(directory)
+    check_readable(directory)
     if not directory.is_dir():
         raise CheckpointError(directory, "no such checkpoint directory")
     path = directory / CONFIG_FILE
+    check_readable(path)
     if not path.is_file():
         pickles = [n for n in PICKLE_FILES if (directory / n).exists()]
         hint = f"; found {pickles[0]}, a pickle, which is never loaded" if pickles else ""
@@ -139,7 +141,9 @@ def write_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], mo
                      meta: CheckpointMeta, tokenizer_dir: str | Path | None) -> Path:
     """Write tokenizer files, weights and config.json, each replaced atomically and readable by all (0644)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if not directory.is_dir():
+        directory.mkdir(parents=True)
+        directory.chmod(0o755)  # whatever the umask: a service running as another user reads it
     if meta.model != model.cfg:
         raise ValueError("meta.model differs from the model's own config")
     if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != directory.resolve():
@@ -163,6 +167,7 @@ def read_tensors(path: Path, expected: dict[str, tuple[tuple[int, ...], torch.dt
         tuple[str, torch.Tensor]]:
     """Each tensor of a safetensors file that holds exactly the expected names, shapes and dtypes (None: any
     floating dtype)."""
+    check_readable(path)
     if not path.is_file():
         raise missing_weights(path)
     try:

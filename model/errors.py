@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 class ModelError(Exception):
     """Base class of every error the model package raises on purpose."""
@@ -18,6 +21,20 @@ class CheckpointError(ModelError):
         super().__init__(f"{path}: {reason}")
         self.path = str(path)
         self.reason = reason
+
+
+def check_readable(path: Path) -> None:
+    """CheckpointError naming the permission problem when path exists but this user cannot read it (or, for a
+    directory, list and enter it), instead of the "missing file" that readers report then."""
+    try:
+        is_dir = path.is_dir()
+        exists = is_dir or path.exists()
+    except PermissionError:  # a directory above it cannot be entered
+        raise CheckpointError(path, f"permission denied: user {os.getuid()} cannot reach it; make its "
+                                    "directories readable by the service's user (chmod a+rx)") from None
+    if exists and not os.access(path, os.R_OK | (os.X_OK if is_dir else 0)):
+        raise CheckpointError(path, f"permission denied: user {os.getuid()} cannot read it; a service running as "
+                                    "another user needs the model's files readable by it (chmod -R a+rX)")
 
 
 class InputError(ModelError, ValueError):

@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from model.checkpoint import CheckpointMeta, save_checkpoint
 from model.config import ModelConfig
-from model.errors import CheckpointError
+from model.errors import CheckpointError, check_readable
 from model.tokenizer import SpecialIds, TokenizerConfig
 from model.transformer import Transformer
 
@@ -119,6 +119,8 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str | No
     """Convert a saved Hugging Face Marian directory into our checkpoint directory."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     weights = hf_dir / "model.safetensors"
+    for path in (hf_dir, weights, hf_dir / "config.json"):
+        check_readable(path)
     if not weights.is_file():
         hint = " (pytorch_model.bin is a pickle and is never loaded; re-save with safetensors)" \
             if (hf_dir / "pytorch_model.bin").exists() else ""
@@ -138,6 +140,7 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str | No
     tok = TokenizerConfig(source_model="source.spm", target_model="target.spm", source_vocab="vocab.json",
                           target_vocab=target_vocab, special=special)
     for name in tok.files():
+        check_readable(hf_dir / name)
         if not (hf_dir / name).is_file():
             raise CheckpointError(hf_dir / name, "tokenizer file is missing")
     model = convert_weights(cfg, weights)

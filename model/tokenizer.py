@@ -10,7 +10,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from model.errors import CheckpointError, ConfigError, InputError
+from model.errors import CheckpointError, ConfigError, InputError, check_readable
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ class Tokenizer:
 
 
 def _load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
+    check_readable(path)
     if not path.is_file():
         raise CheckpointError(path, "SentencePiece model file is missing")
     sp = spm.SentencePieceProcessor()
@@ -160,6 +161,7 @@ def _load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
 
 
 def _load_vocab(path: Path) -> dict[str, int]:
+    check_readable(path)
     if not path.is_file():
         raise CheckpointError(path, "vocabulary file is missing")
     try:

@@ -12,6 +12,7 @@ from service import demo
 from training import commands as training_commands
 from training.config import TrainConfigError
 from training.data import CorpusError
+from training.extras import MissingExtraError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (ModelError, TrainConfigError, CorpusError) as e:
+    except (ModelError, TrainConfigError, CorpusError, MissingExtraError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

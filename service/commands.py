@@ -111,7 +111,9 @@ def run_attention(args: argparse.Namespace) -> int:
     from service.batcher import attention_json, with_fields
     from service.heatmap import select, write_png
     from service.tasks import AttentionSelection
+    from training.extras import require_train_extra
 
+    require_train_extra("attention", ("matplotlib",))  # the PNG
     translator = Translator.load(args.model, device=args.device)
     cfg = DecodingConfig(beam_size=args.beam_size).with_max_length(args.max_length)  # as POST /attention
     best = translator.translate([args.text], cfg, return_attention=True, truncate=args.truncate)[0]

@@ -47,11 +47,13 @@ def run_demo(args: argparse.Namespace) -> int:
     from service.app import create_app
     from service.settings import ServiceSettings
     from training.config import load_config
+    from training.extras import require_train_extra
     from training.trainer import train
 
     cfg = load_config(str(args.config), [])
     run_dir = Path(cfg.run_dir)
     if args.retrain or not trained(run_dir):
+        require_train_extra("demo")
         print(f"training the demo model into {run_dir} (progress below; resumes if interrupted)", file=sys.stderr)
         train(cfg, resume=not args.retrain)
     else:

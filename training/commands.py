@@ -39,8 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from training.config import load_config
+    from training.extras import require_train_extra
     from training.trainer import train
 
+    require_train_extra("train")
     cfg = load_config(args.config, args.overrides)
     run_dir = train(cfg, resume=not args.no_resume)
     print(f"done: {run_dir} (best checkpoint in {run_dir / 'best'})", file=sys.stderr)
@@ -72,7 +74,9 @@ def run_average(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from training.data import read_jsonl
     from training.evaluate import evaluate_checkpoint
+    from training.extras import require_train_extra
 
+    require_train_extra("evaluate", ("sacrebleu", "rouge_score"))
     scores = evaluate_checkpoint(args.model, list(read_jsonl(args.data)), args.beam_size, args.device)
     print(json.dumps(scores, indent=1))
     return 0

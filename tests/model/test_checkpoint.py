@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -272,3 +273,29 @@ def test_a_copied_checkpoint_loads(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     loaded, _ = load_checkpoint(tmp_path / "b")
     assert_same_weights(model, loaded)
+
+
+# -- permissions: the service's image runs as its own user -----------------------------------------------------
+
+def test_checkpoints_are_readable_by_every_user_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        save_tiny(tmp_path / "ckpt")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o755
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "ckpt").iterdir()} == \
+        {"config.json": 0o644, "model.safetensors": 0o644}
+
+
+@pytest.mark.parametrize("unreadable", ["", "config.json", "model.safetensors"])
+def test_an_unreadable_checkpoint_is_named_a_permission_problem(tmp_path: Path, unreadable: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run as root, who reads everything: os.access answers as for a user the files' modes keep out."""
+    save_tiny(tmp_path / "ckpt")
+    target = os.path.join(tmp_path / "ckpt", unreadable) if unreadable else str(tmp_path / "ckpt")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p).rstrip("/") != target and real_access(p, mode))
+    with pytest.raises(CheckpointError, match="permission denied") as e:
+        load_checkpoint(tmp_path / "ckpt")
+    assert e.value.path == target and "chmod" in e.value.reason

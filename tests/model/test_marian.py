@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from model.errors import CheckpointError
 from model.marian import import_marian
 from model.tokenizer import Tokenizer
 from model.translator import Translator
+from service.cli import main
 from tests.conftest import MarianFixture, make_sentences
 
 MAX_NEW_TOKENS = 40
@@ -181,3 +183,15 @@ def test_other_model_types_are_refused(marian: MarianFixture, tmp_path: Path) ->
     with pytest.raises(CheckpointError) as e:
         import_marian(hf, tmp_path / "out")
     assert str(hf / "config.json") in str(e.value)
+
+
+def test_an_unreadable_file_to_import_is_named_a_permission_problem(marian: MarianFixture, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    hf = copy_hf_dir(marian, tmp_path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(hf / "source.spm") and real_access(p, mode))
+    assert main(["import", "marian", str(hf), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "source.spm: permission denied" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
