@@ -8,6 +8,7 @@ exists, the test fails and says so; TRANSFORMER_SKIP_DOCKER=1 skips it knowingly
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -107,14 +108,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[S
     save_random_checkpoint(models / "tiny-en-de", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="de",
                            max_len=64)
     s = Stack(env, ["-f", str(ROOT / "docker" / "compose.yaml"), "-f", str(override)], models)
+    start = time.monotonic()
     s.run("docker", "build", "--network=host", "--build-arg", f"TORCH_INDEX_URL={env['TORCH_INDEX_URL']}",
           "-t", IMAGE, ".", timeout=900)
+    print(f"image built in {time.monotonic() - start:.1f} s")
     s.compose("down", "-v", "--remove-orphans")  # what a killed earlier run may have left
     try:
-        # The README's way to put a model into the volume: create the containers, copy, then start.
-        s.compose("create", "--no-build")
-        s.compose("cp", str(models / "tiny-en-de"), "api:/models/tiny-en-de")
+        # The README's way to put a model into the volume: a one-off container, as the service's user, copies
+        # the checkpoint from a read-only bind mount (so its files must be readable by that user).
+        s.compose("run", "--rm", "--no-deps", "-v", f"{models / 'tiny-en-de'}:/checkpoint:ro", "api",
+                  "cp", "-r", "/checkpoint", "/models/tiny-en-de")
+        start = time.monotonic()
         s.compose("up", "-d", "--no-build", "--scale", "worker=2", "--wait", "--wait-timeout", "180", timeout=300)
+        print(f"stack healthy {time.monotonic() - start:.1f} s after up")
         port = s.compose("port", "api", "8000").stdout.strip().rsplit(":", 1)[1]
         s.url = f"http://127.0.0.1:{port}"
         yield s
@@ -203,6 +209,17 @@ def test_a_job_survives_a_restart_of_redis(stack: Stack) -> None:
     assert_queue_empty(stack)
     r = httpx.post(f"{stack.url}/translate", json={"q": "after the restart", **OPTIONS}, timeout=60)
     assert r.status_code == 200 and r.json()["translatedText"] == expected(stack, ["after the restart"])[0]
+
+
+def test_the_gpu_override_is_a_valid_deployment_for_compose_itself(stack: Stack) -> None:
+    """It cannot run here (no GPU); compose reads and merges it, and each worker reserves an NVIDIA GPU."""
+    gpu = ["-f", str(ROOT / "docker" / "compose.yaml"), "-f", str(ROOT / "docker" / "compose.gpu.yaml")]
+    out = stack.run("docker", "compose", "-p", PROJECT, *gpu, "config", "--format", "json")
+    services = json.loads(out.stdout)["services"]
+    (device,) = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert services["worker"]["image"] == services["api"]["image"] == "transformer-service:cuda"
+    assert services["api"]["build"]["args"]["TORCH_INDEX_URL"] == "https://pypi.org/simple"
 
 
 def test_down_leaves_nothing_behind(stack: Stack) -> None:
