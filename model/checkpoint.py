@@ -259,6 +259,11 @@ def quantize_checkpoint(src: str | Path, out: str | Path, force: bool = False) -
         raise CheckpointError(out, "is the checkpoint being quantized; write the int8 copy elsewhere")
     if (out / CONFIG_FILE).exists() and not force:
         raise CheckpointError(out, "already holds a checkpoint; pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(out, "exists and is not a directory")
     model, meta = load_checkpoint(src)
-    save_int8_checkpoint(out, model, meta, tokenizer_dir=src)
+    try:
+        save_int8_checkpoint(out, model, meta, tokenizer_dir=src)
+    except OSError as e:  # no room, no permission: nothing half-written replaces a file (atomic_path)
+        raise CheckpointError(out, f"cannot be written ({e.strerror or e})") from e
     return (src / WEIGHTS_FILE).stat().st_size, (out / WEIGHTS_FILE).stat().st_size

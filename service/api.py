@@ -121,15 +121,18 @@ async def summarize(req: TextRequest, state: ReadyState, owner: Owner) -> Summar
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])
 async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> Response:
-    """The best output for one text with its attention maps: cross, encoder and decoder self-attention,
+    """One text decoded with any options, as /translate would, with the attention maps of one hypothesis of its
+    n-best list (`hypothesis`, default the best): cross, encoder and decoder self-attention,
     [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
     s = state.settings
     check_texts([req.q], "q", 1, s)
-    options = options_of(DecodeOptions(beam_size=req.beam_size, max_length=req.max_length), s)
+    options = options_of(req, s)
+    if req.hypothesis >= req.n_best:
+        raise InvalidRequest("hypothesis", f"{req.hypothesis} is not an index of an n-best list of {req.n_best}")
     info = state.registry.get(req.model) if req.model else \
         state.registry.resolve("translation", None, req.source, req.target)
     selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), None if req.layers is None else tuple(req.layers),
-                                   None if req.heads is None else tuple(req.heads))
+                                   None if req.heads is None else tuple(req.heads), req.hypothesis)
     check_selection(selection, info.meta.model)
     task = Task(info.id, [req.q], options, attention=selection, truncate=req.truncate, owner=owner,
                 deadline=time.time() + s.request_timeout_s)
@@ -137,9 +140,12 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> R
     limit = options.output_limit(length, info.max_len)
     check_cells(attention_cells(length, limit, selection, info.meta.model), s.max_attention_cells)
     out = (await run(state, task)).outputs[0]
-    best = out.hypotheses[0]
+    index = min(req.hypothesis, len(out.hypotheses) - 1)  # a search may end with fewer than n_best
+    chosen = out.hypotheses[index]
     assert out.attention is not None  # asked for, so the worker made it
-    body = with_fields({"model": info.id, "text": best.text, "score": best.score}, out.attention)
+    hypotheses = [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in out.hypotheses]
+    body = with_fields({"model": info.id, "hypothesis": index, "text": chosen.text, "score": chosen.score,
+                        "hypotheses": hypotheses}, out.attention)
     return Response(body, media_type="application/json")
 
 

@@ -122,10 +122,11 @@ def with_fields(fields: dict[str, object], obj: str) -> str:
 
 
 def output_of(translator: Translator, item: Item, nbest: list[Hypothesis]) -> Output:
-    """A finished text's n-best list as an Output, with the best hypothesis' attention when its task asks."""
-    task = item.task
-    results = [translator.result(item.ids, h, return_attention=task.attention is not None and j == 0)
-               for j, h in enumerate(nbest)]
-    best = results[0].attention
-    attention = attention_json(best, task.attention) if best is not None and task.attention else None
+    """A finished text's n-best list as an Output, with the attention of the hypothesis its task asks for (the
+    last one when the search found fewer)."""
+    selection = item.task.attention
+    chosen = None if selection is None else min(selection.hypothesis, len(nbest) - 1)
+    results = [translator.result(item.ids, h, return_attention=j == chosen) for j, h in enumerate(nbest)]
+    maps = None if chosen is None else results[chosen].attention
+    attention = attention_json(maps, selection) if maps is not None and selection is not None else None
     return Output([Hyp(r.text, r.score, r.tokens) for r in results], attention)

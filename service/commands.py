@@ -122,8 +122,10 @@ def run_attention(args: argparse.Namespace) -> int:
     print(best.text, flush=True)
     print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
     if args.json:
-        body = with_fields({"model": Path(args.model).resolve().name, "text": best.text, "score": best.score},
-                           attention_json(best.attention, AttentionSelection()))
+        hypotheses = [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in best.hypotheses]
+        fields = {"model": Path(args.model).resolve().name, "hypothesis": 0, "text": best.text, "score": best.score,
+                  "hypotheses": hypotheses}  # POST /attention's shape
+        body = with_fields(fields, attention_json(best.attention, AttentionSelection()))
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(body)

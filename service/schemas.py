@@ -112,14 +112,15 @@ class JobResponse(BaseModel):
     next_offset: int | None = Field(None, description="offset of the next page of results; null after the last")
 
 
-class AttentionRequest(Strict):
+class AttentionRequest(DecodeOptions):
+    """One text, decoded with any options; the attention maps are those of one hypothesis of its n-best list."""
+
     q: Text = Field(..., description="one text")
     model: Name | None = None
     source: Name | None = None
     target: Name | None = None
-    beam_size: int = Field(4, ge=1)
-    max_length: int | None = Field(None, ge=1, le=1024)
-    truncate: bool = False
+    hypothesis: int = Field(0, ge=0, description="whose attention: the n-best list's hypothesis of this index "
+                                                 "(0, the best; less than n_best)")
     kinds: list[Literal["cross", "encoder", "decoder"]] = Field(
         ["cross", "encoder", "decoder"], min_length=1, max_length=3, description="which attention maps to return")
     layers: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
@@ -128,13 +129,20 @@ class AttentionRequest(Strict):
         None, min_length=1, max_length=1000, description="head indices (from 0) to return; default: all")
 
 
+class ScoredTokens(Hypothesis):
+    tokens: list[str]
+
+
 class AttentionResponse(BaseModel):
     """Weights are [layer][head][query][key] of the layers and heads asked for, rounded to 3 decimals; cross
-    has target queries over source keys. A kind not asked for is null."""
+    has target queries over source keys. A kind not asked for is null. text, score and target_tokens are the
+    hypothesis'; hypotheses is the whole n-best list, best first, as /translate gives it."""
 
     model: str
+    hypothesis: int = Field(description="the index in hypotheses of the one these maps belong to")
     text: str
     score: float
+    hypotheses: list[ScoredTokens]
     source_tokens: list[str]
     target_tokens: list[str]
     cross: list[Any] | None

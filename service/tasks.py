@@ -25,17 +25,19 @@ class TaskStatus(StrEnum):
 
 @dataclass(frozen=True)
 class AttentionSelection:
-    """Which attention maps a /attention request returns; None means every layer or head."""
+    """Which attention maps a /attention request returns: of which hypothesis of the n-best list (from 0), and
+    which kinds, layers and heads (None: every one)."""
 
     kinds: tuple[AttentionKind, ...] = ("cross", "encoder", "decoder")
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
+    hypothesis: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionSelection:
         layers, heads = data.get("layers"), data.get("heads")
         return cls(tuple(data["kinds"]), None if layers is None else tuple(layers),
-                   None if heads is None else tuple(heads))
+                   None if heads is None else tuple(heads), int(data.get("hypothesis", 0)))
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Task:
     texts: list[str]
     options: DecodingConfig = field(default_factory=DecodingConfig)
     kind: Kind = "request"
-    attention: AttentionSelection | None = None  # return these attention maps of the best hypothesis
+    attention: AttentionSelection | None = None  # return these attention maps of one hypothesis
     truncate: bool = False
     owner: str | None = None  # owner_of(API key) that created it; only that key may read or cancel a job
     deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)

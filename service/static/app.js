@@ -15,7 +15,8 @@ const AXES = {cross: ["output token", "source token"], encoder: ["source token (
 
 const state = {
   models: [],
-  attention: null, // the last POST /attention answer
+  attention: null, // the POST /attention answer drawn, null when none is (or it would be out of date)
+  request: null, // the body of the last run's POST /attention: picking a hypothesis asks again with it
   kind: "cross",
   layer: 0,
   head: "mean", // or a head index
@@ -231,7 +232,7 @@ function decodeOptions() {
   };
 }
 
-function showOutput(item) {
+function showOutput(item, pickable) {
   $("#best").textContent = item.text;
   const tokens = $("#best-tokens");
   tokens.replaceChildren(...item.tokens.map((t) => el("span", {class: "token"}, t)));
@@ -243,9 +244,56 @@ function showOutput(item) {
     li.append(el("span", {class: "score", title: String(h.score)}, h.score.toFixed(3)));
     li.append(el("span", {class: "text"}, h.text));
     if (i === 0) li.append(el("span", {class: "tag best-tag"}, "best"));
+    if (pickable) {
+      li.append(el("button", {type: "button", class: "pick", "data-testid": "nbest-pick", "aria-pressed": i === 0,
+        "aria-label": `Show the attention of hypothesis ${i + 1}`}, "attention"));
+      li.lastChild.addEventListener("click", () => pickHypothesis(i));
+    }
     list.append(li);
   });
   $("#output-card").dataset.state = "done";
+}
+
+/** The output card's shape ({text, score, tokens, alternatives}) of a POST /attention answer's n-best list. */
+function outputOf(attention) {
+  const [best, ...rest] = attention.hypotheses;
+  return {text: best.text, score: best.score, tokens: best.tokens, alternatives: rest};
+}
+
+/** Draw no attention, saying why: nothing left on screen can belong to another output than the one shown. */
+function clearAttention(why, cardState) {
+  state.attention = null;
+  const card = $("#attention-card");
+  card.dataset.state = cardState;
+  $("#attention-of").textContent = why;
+  for (const id of ["#heatmap", "#lines", "#thumbs", "#tooltip"]) $(id).replaceChildren();
+  delete $("#heatmap").dataset.rows;
+  delete $("#heatmap").dataset.cols;
+  $("#caption").textContent = "";
+  $("#tooltip").hidden = true;
+  const legend = $("#legend-bar");
+  legend.getContext("2d").clearRect(0, 0, legend.width, legend.height);
+  $("#legend-max").textContent = "";
+  $("#export-json").disabled = $("#export-png").disabled = true;
+}
+
+/** Draw the attention of hypothesis i of the last run's n-best list (decoded again with the same options). */
+async function pickHypothesis(i) {
+  if (!state.request) return;
+  clearError();
+  for (const [j, button] of document.querySelectorAll("#nbest .pick").entries()) {
+    button.setAttribute("aria-pressed", String(j === i));
+  }
+  clearAttention("Computing the attention of hypothesis " + (i + 1) + "…", "loading");
+  setBusy(true, "Computing attention…");
+  try {
+    showAttention(await api("attention", {...state.request, hypothesis: i}));
+    setBusy(false, "");
+  } catch (e) {
+    clearAttention("No attention: the last request failed.", "error");
+    setBusy(false, "");
+    showError(e);
+  }
 }
 
 async function run() {
@@ -272,22 +320,26 @@ async function run() {
   $("#best").textContent = "";
   $("#best-tokens").replaceChildren();
   $("#nbest").replaceChildren();
-  if ($("#with-attention").checked) $("#attention-card").dataset.state = "loading";
+  const withAttention = $("#with-attention").checked;
+  state.request = null;
+  clearAttention(withAttention ? "Computing…" : "", withAttention ? "loading" : "idle");
+  $("#attention-card").hidden = !withAttention;
   setBusy(true, summarizes ? "Summarizing…" : "Translating…");
   try {
     const body = {q: text, model: model.id, ...options};
-    const data = await api(summarizes ? "summarize" : "translate", body);
-    showOutput(summarizes ? data.summaries[0] : data.translations[0]);
-    if ($("#with-attention").checked) {
-      setBusy(true, "Computing attention…");
-      const attention = await api("attention", {q: text, model: model.id, beam_size: options.beam_size,
-        max_length: options.max_length, truncate: options.truncate});
-      showAttention(attention, options.beam_size);
+    if (withAttention) { // one decode gives the output and the attention of the hypothesis shown
+      const attention = await api("attention", body);
+      state.request = body;
+      showOutput(outputOf(attention), true);
+      showAttention(attention);
+    } else {
+      const data = await api(summarizes ? "summarize" : "translate", body);
+      showOutput(summarizes ? data.summaries[0] : data.translations[0], false);
     }
     setBusy(false, "");
   } catch (e) {
     if (card.dataset.state === "loading") card.dataset.state = "error";
-    if ($("#attention-card").dataset.state === "loading") $("#attention-card").dataset.state = "error";
+    if (withAttention) clearAttention("No attention: the last run failed.", "error");
     setBusy(false, "");
     showError(e);
   }
@@ -330,8 +382,9 @@ function currentMatrix() {
     title: `${KIND_NAMES[state.kind]}, layer ${state.layer}, ${which}`};
 }
 
-function showAttention(attention, beamSize) {
+function showAttention(attention) {
   state.attention = attention;
+  $("#export-json").disabled = $("#export-png").disabled = false;
   for (const kind of ["encoder", "decoder"]) {
     $(`[data-testid=kind-${kind}]`).disabled = !attention[kind];
   }
@@ -340,8 +393,10 @@ function showAttention(attention, beamSize) {
   state.head = "mean";
   const card = $("#attention-card");
   card.hidden = false;
-  $("#attention-of").textContent = `Of the best output of a beam of ${beamSize}: `
-    + `“${attention.text}” (score ${attention.score.toFixed(3)})`;
+  const n = attention.hypotheses.length;
+  const which = attention.hypothesis === 0 ? `the best output${n > 1 ? ` of ${n}` : ""}`
+    : `hypothesis ${attention.hypothesis + 1} of ${n}`;
+  $("#attention-of").textContent = `Of ${which}: “${attention.text}” (score ${attention.score.toFixed(3)})`;
   fillSelectors();
   render();
   card.dataset.state = "done";

@@ -129,6 +129,9 @@ def test_quantize_does_not_overwrite_a_checkpoint_unless_forced(int8_dir: Path, 
     assert "--force" in capsys.readouterr().err
     assert main(["quantize", str(checkpoint_dir), str(int8_dir), "--force"]) == 0
     assert "MiB" in capsys.readouterr().err
+    (int8_dir.parent / "a-file").write_text("")
+    assert main(["quantize", str(checkpoint_dir), str(int8_dir.parent / "a-file")]) == 2
+    assert "not a directory" in capsys.readouterr().err
 
 
 def tampered(int8_dir: Path, tmp_path: Path, change: Callable[[dict[str, torch.Tensor]], None]) -> Path:

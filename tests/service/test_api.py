@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from model.checkpoint import quantize_checkpoint
@@ -105,6 +106,33 @@ def test_attention_shapes_and_rows(client: TestClient) -> None:
     for row in a["cross"][1][2]:
         assert sum(row) == pytest.approx(1.0, abs=0.01)
     assert all(w == 0 for w in a["decoder"][0][0][0][1:])  # causal: the first target token sees only itself
+
+
+def test_attention_is_that_of_the_hypothesis_asked_for_under_every_option(client: TestClient,
+                                                                          translator: Translator) -> None:
+    """/attention decodes as /translate does, with all its options, and its maps are those of the chosen
+    hypothesis of the n-best list: the demo page draws them beside that very translation."""
+    opts = {"beam_size": 4, "n_best": 3, "length_penalty": 2.0, "length_penalty_form": "average",
+            "min_length": 2, "no_repeat_ngram_size": 2, "max_length": 7}
+    text = "kalo mine ruza vo sa"
+    nbest = client.post("/translate", json={"q": text, **opts}).json()["translations"][0]
+    want = [(nbest["text"], nbest["score"])] + [(h["text"], h["score"]) for h in nbest["alternatives"]]
+    cfg = translator.decoding_config(**{k: v for k, v in opts.items() if k != "max_length"}, max_len_a=0.0,
+                                     max_len_b=opts["max_length"])
+    alone = translator.translate([text], cfg, return_attention=True)[0]  # every hypothesis with its maps
+    for index in (0, 2):
+        r = client.post("/attention", json={"q": text, "hypothesis": index, "kinds": ["cross"], **opts})
+        assert r.status_code == 200, r.text
+        a = r.json()
+        assert [(h["text"], h["score"]) for h in a["hypotheses"]] == want
+        assert a["hypothesis"] == index and (a["text"], a["score"]) == want[index]
+        maps = alone.hypotheses[index].attention
+        assert maps is not None and a["target_tokens"] == maps.target_tokens
+        assert a["cross"] == torch.round(maps.cross.double(), decimals=3).tolist() and a["encoder"] is None
+    assert alone.hypotheses[0].attention is not None and alone.hypotheses[2].attention is not None
+    assert alone.hypotheses[0].attention.target_tokens != alone.hypotheses[2].attention.target_tokens
+    r = client.post("/attention", json={"q": text, "hypothesis": 3, **opts})
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "hypothesis"
 
 
 def test_jobs_progress_and_results(client: TestClient, translator: Translator) -> None:

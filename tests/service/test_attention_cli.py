@@ -61,6 +61,8 @@ def test_png_and_json_equal_the_api(models_dir: Path, tmp_path: Path, client: Te
     assert r.status_code == 200, r.text
     want = r.json()
     assert set(got) == set(want)
+    assert got["hypothesis"] == want["hypothesis"] == 0
+    assert [h["text"] for h in got["hypotheses"]] == [h["text"] for h in want["hypotheses"]]
     for key in ("model", "text", "source_tokens", "target_tokens"):
         assert got[key] == want[key], key
     assert got["score"] == pytest.approx(want["score"], abs=1e-5)

@@ -236,7 +236,7 @@ def test_script_in_the_input_stays_text(session: Session) -> None:
 def test_loading_errors_and_long_inputs(session: Session) -> None:
     page = session.page
     held: list[Route] = []
-    page.route("**/translate", lambda route: held.append(route))  # hold the answer to see the loading state
+    page.route("**/attention", lambda route: held.append(route))  # hold the answer to see the loading state
     run_in_page(page, TEXT)
     expect(page.get_by_test_id("run")).to_be_disabled()
     expect(page.get_by_test_id("status")).to_have_text("Translating…")
@@ -246,7 +246,7 @@ def test_loading_errors_and_long_inputs(session: Session) -> None:
     wait_done(page)
     expect(page.get_by_test_id("run")).to_be_enabled()
     expect(page.get_by_test_id("status")).to_have_text("")
-    page.unroute("**/translate")
+    page.unroute("**/attention")
 
     page.get_by_test_id("input").fill(LONG)
     page.get_by_test_id("run").click()
@@ -287,3 +287,66 @@ def test_summarize(session: Session) -> None:
     expect(page.get_by_test_id("best-text")).to_have_text(want["summaries"][0]["text"])
     expect(page.get_by_test_id("nbest-item")).to_have_count(1)
     assert not session.errors and not session.dialogs
+
+
+def test_the_attention_is_that_of_the_translation_shown_and_of_the_hypothesis_picked(session: Session) -> None:
+    """With non-default options (length penalty 2, min length, no-repeat, n-best 4), the text, score and n-best
+    list shown equal /translate's, and the heatmap is the attention of the hypothesis picked in the list."""
+    page = session.page
+    opts = {"beam_size": 4, "n_best": 4, "max_length": 7, "length_penalty": 2.0, "min_length": 3,
+            "no_repeat_ngram_size": 2}
+    page.locator("#options summary").click()
+    page.get_by_test_id("length-penalty").fill("2")
+    page.get_by_test_id("min-length").fill("3")
+    page.get_by_test_id("no-repeat").fill("2")
+    run_in_page(page, TEXT, **opts)
+    wait_done(page)
+    want = session.post("/translate", {"q": TEXT, "model": "tiny-en-de", **opts})["translations"][0]
+    nbest = [(want["text"], want["score"])] + [(h["text"], h["score"]) for h in want["alternatives"]]
+    expect(page.get_by_test_id("best-text")).to_have_text(want["text"])
+    items = page.get_by_test_id("nbest-item")
+    expect(items).to_have_count(len(nbest))
+    assert [float(items.nth(i).get_attribute("data-score") or "nan") for i in range(len(nbest))] == \
+        [score for _, score in nbest]
+    for index in (0, 2):
+        if index:
+            page.get_by_test_id("nbest-pick").nth(index).click()
+            wait_done(page)
+        expect(page.get_by_test_id("nbest-pick").nth(index)).to_have_attribute("aria-pressed", "true")
+        text, score = nbest[index]
+        expect(page.get_by_test_id("attention-of")).to_contain_text(f"“{text}” (score {score:.3f})")
+        a = session.post("/attention", {"q": TEXT, "model": "tiny-en-de", "hypothesis": index, **opts})
+        assert (a["text"], a["score"]) == (text, score)
+        assert heatmap_shape(page) == (len(a["target_tokens"]), len(a["source_tokens"]))
+        shown = page.evaluate("() => [state.attention.hypothesis, state.attention.cross]")
+        assert shown == [index, a["cross"]]
+    page.screenshot(path=str(ARTIFACTS / "demo-page-hypothesis.png"), full_page=True)
+    assert not session.errors and not session.console_errors
+
+
+def test_a_failed_run_leaves_no_attention_of_another_output(session: Session) -> None:
+    page = session.page
+    run_in_page(page, TEXT)
+    wait_done(page)
+    assert heatmap_shape(page)[0] > 0
+
+    page.get_by_test_id("input").fill(LONG)  # a 422: longer than the model takes
+    page.get_by_test_id("run").click()
+    expect(page.get_by_test_id("error-code")).to_have_text("invalid_request (422)")
+    attention = page.get_by_test_id("attention")
+    expect(attention).to_have_attribute("data-state", "error")
+    expect(page.get_by_test_id("attention-of")).to_have_text("No attention: the last run failed.")
+    assert heatmap_shape(page) == (-1, -1) and page.locator("#heatmap canvas").count() == 0
+    assert page.locator("#thumbs button").count() == 0 and page.locator("#lines line").count() == 0
+    expect(page.get_by_test_id("export-json")).to_be_disabled()
+    page.screenshot(path=str(ARTIFACTS / "demo-page-failed-run.png"), full_page=True)
+
+    page.get_by_test_id("input").fill(TEXT)
+    page.get_by_test_id("run").click()
+    wait_done(page)
+    session.server.__exit__()  # the server stops
+    page.get_by_test_id("run").click()
+    expect(page.get_by_test_id("error-code")).to_contain_text("network")
+    expect(attention).to_have_attribute("data-state", "error")
+    assert page.locator("#heatmap canvas").count() == 0
+    assert not session.errors
