@@ -10,8 +10,8 @@ const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
 const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
   decoder: "Decoder self-attention"};
-const AXES = {cross: ["output token", "source token"], encoder: ["source token (query)", "source token (key)"],
-  decoder: ["output token", "decoder input (key)"]};
+const AXES = {cross: ["output tokens", "source tokens"], encoder: ["source tokens (queries)", "source tokens (keys)"],
+  decoder: ["output tokens", "decoder inputs (keys)"]}; // plural: "Rows: output tokens (8)"
 
 const state = {
   models: [],
@@ -21,6 +21,7 @@ const state = {
   layer: 0,
   head: "mean", // or a head index
   view: "matrix",
+  units: "pieces", // or "words": subword pieces merged into the words they spell
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
 };
@@ -49,6 +50,43 @@ function svgEl(tag, attrs = {}, text) {
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
   if (text !== undefined) node.textContent = text;
   return node;
+}
+
+const WORD_START = "\u2581"; // SentencePiece's "▁": this piece starts a word
+const CONTINUES = "\u00b7"; // shown before a piece that continues the word before it
+const SPECIAL = /^(<[^>]*>|\(start\))$/; // </s>, <unk>, <pad>, the decoder's start symbol
+
+/** A piece as people read it: no ▁ before a piece that starts a word, a · before one that continues one. */
+function pieceLabel(token) {
+  if (SPECIAL.test(token)) return token;
+  if (token.startsWith(WORD_START)) return token.slice(1) || "\u2423"; // ␣: a piece that is only a space
+  return CONTINUES + token;
+}
+
+/** Pieces grouped into words: {labels, groups}, each group the indices of one word's pieces, in order. A word
+ * starts at a piece that starts with ▁ and at every special token, which stays a word of its own. */
+function wordsOf(tokens) {
+  const labels = [], groups = [];
+  tokens.forEach((token, i) => {
+    const special = SPECIAL.test(token);
+    const continues = !special && !token.startsWith(WORD_START) && groups.length > 0
+      && !SPECIAL.test(tokens[groups[groups.length - 1][0]]);
+    if (continues) {
+      groups[groups.length - 1].push(i);
+      labels[labels.length - 1] += token;
+    } else {
+      groups.push([i]);
+      labels.push(special ? token : token.replace(WORD_START, ""));
+    }
+  });
+  return {labels: labels.map((label) => label || "\u2423"), groups}; // ␣: a word that is only a space
+}
+
+/** Weights between words: summed over the pieces of a key word (a row still sums to 1), averaged over the
+ * pieces of a query word, as bertviz's and fairseq's alignment tools merge subwords. */
+function mergeWords(weights, rowGroups, colGroups) {
+  return rowGroups.map((rg) => colGroups.map((cg) =>
+    rg.reduce((sum, r) => sum + cg.reduce((s, c) => s + weights[r][c], 0), 0) / rg.length));
 }
 
 /** A token cut to MAX_LABEL characters for a label. */
@@ -235,7 +273,7 @@ function decodeOptions() {
 function showOutput(item, pickable) {
   $("#best").textContent = item.text;
   const tokens = $("#best-tokens");
-  tokens.replaceChildren(...item.tokens.map((t) => el("span", {class: "token"}, t)));
+  tokens.replaceChildren(...item.tokens.map((t) => el("span", {class: "token", title: t}, pieceLabel(t))));
   const list = $("#nbest");
   list.replaceChildren();
   const all = [{text: item.text, score: item.score}, ...item.alternatives];
@@ -359,6 +397,13 @@ function labelsOf(kind) {
   return [a.target_tokens, [START, ...a.target_tokens.slice(0, -1)]];
 }
 
+/** Weights of kind between pieces, or between words in words mode (mergeWords). */
+function inUnits(weights, kind) {
+  if (state.units !== "words") return weights;
+  const [rows, cols] = labelsOf(kind);
+  return mergeWords(weights, wordsOf(rows).groups, wordsOf(cols).groups);
+}
+
 /** One head's weights, or the mean over a layer's heads. */
 function weightsOf(kind, layer, head) {
   const heads = stackOf(kind)[layer];
@@ -373,12 +418,22 @@ function maxOf(weights) {
 }
 
 function currentMatrix() {
-  const weights = weightsOf(state.kind, state.layer, state.head);
-  const [rows, cols] = labelsOf(state.kind);
+  let weights = weightsOf(state.kind, state.layer, state.head);
+  let [rows, cols] = labelsOf(state.kind);
   const heads = stackOf(state.kind)[state.layer].length;
   const which = state.head === "mean" ? `mean over ${heads} heads` : `head ${state.head}`;
-  const [rowAxis, colAxis] = AXES[state.kind];
-  return {weights, rows, cols, max: maxOf(weights), rowAxis, colAxis,
+  let [rowAxis, colAxis] = AXES[state.kind];
+  let units = "Pieces as SentencePiece cut them; · marks a piece that continues the word before it.";
+  weights = inUnits(weights, state.kind);
+  if (state.units === "words") {
+    [rows, cols] = [wordsOf(rows).labels, wordsOf(cols).labels];
+    [rowAxis, colAxis] = [rowAxis.replace("tokens", "words"), colAxis.replace("tokens", "words")];
+    units = "Words: the weights of a column word are summed over its pieces, those of a row word averaged over "
+      + "its pieces.";
+  } else {
+    [rows, cols] = [rows.map(pieceLabel), cols.map(pieceLabel)];
+  }
+  return {weights, rows, cols, max: maxOf(weights), rowAxis, colAxis, units,
     title: `${KIND_NAMES[state.kind]}, layer ${state.layer}, ${which}`};
 }
 
@@ -433,8 +488,8 @@ function render() {
   if (!state.attention) return;
   state.matrix = currentMatrix();
   const m = state.matrix;
-  $("#caption").textContent = `${m.title}. Rows: ${m.rowAxis}s (${m.rows.length}); columns: ${m.colAxis}s `
-    + `(${m.cols.length}); each row sums to 1.`;
+  $("#caption").textContent = `${m.title}. Rows: ${m.rowAxis} (${m.rows.length}); columns: ${m.colAxis} `
+    + `(${m.cols.length}); each row sums to 1. ${m.units}`;
   $("#matrix-view").hidden = state.view !== "matrix";
   $("#lines-view").hidden = state.view !== "lines";
   renderHeatmap(m);
@@ -488,7 +543,7 @@ function renderHeatmap(m) {
   box.dataset.hoverCol = "";
   state.hover = {row: null, col: null};
   const corner = el("div", {class: "corner"});
-  corner.append(el("span", {class: "axis-x"}, `${m.colAxis}s →`), el("span", {class: "axis-y"}, `↓ ${m.rowAxis}s`));
+  corner.append(el("span", {class: "axis-x"}, `${m.colAxis} →`), el("span", {class: "axis-y"}, `↓ ${m.rowAxis}`));
   const plot = el("div", {class: "plot"});
   const canvas = el("canvas", {id: "heatmap-canvas", "data-testid": "heatmap-canvas"});
   const overlay = el("canvas", {class: "overlay", "aria-hidden": "true"});
@@ -586,8 +641,8 @@ function renderLines(m) {
   svg.setAttribute("height", String(height));
   const keyY = (j) => top + j * rowHeight + rowHeight / 2;
   const queryY = (i) => top + i * rowHeight + rowHeight / 2;
-  svg.append(svgEl("text", {x: leftX - 10, y: 16, class: "axis", "text-anchor": "end"}, `${m.colAxis}s`),
-    svgEl("text", {x: rightX + 10, y: 16, class: "axis"}, `${m.rowAxis}s`));
+  svg.append(svgEl("text", {x: leftX - 10, y: 16, class: "axis", "text-anchor": "end"}, `${m.colAxis}`),
+    svgEl("text", {x: rightX + 10, y: 16, class: "axis"}, `${m.rowAxis}`));
   const lines = svgEl("g", {class: "links"});
   m.weights.forEach((row, i) => row.forEach((w, j) => {
     const t = w / m.max;
@@ -646,7 +701,7 @@ function renderThumbs() {
       const button = el("button", {type: "button", class: selected ? "thumb selected" : "thumb",
         "data-testid": "thumb", "data-layer": layer, "data-head": head, "aria-pressed": selected,
         title: `layer ${layer}, ${head === "mean" ? "mean over heads" : `head ${head}`}`});
-      button.append(thumbnail(weightsOf(state.kind, layer, head)));
+      button.append(thumbnail(inUnits(weightsOf(state.kind, layer, head), state.kind)));
       button.addEventListener("click", () => choose(layer, head));
       cells.push(button);
     }
@@ -754,6 +809,12 @@ function init() {
   for (const radio of document.querySelectorAll("input[name=view]")) {
     radio.addEventListener("change", () => {
       state.view = radio.value;
+      render();
+    });
+  }
+  for (const radio of document.querySelectorAll("input[name=units]")) {
+    radio.addEventListener("change", () => {
+      state.units = radio.value;
       render();
     });
   }

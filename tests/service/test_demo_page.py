@@ -104,6 +104,12 @@ def heatmap_shape(page: Page) -> tuple[int, int]:
     return int(heatmap.get_attribute("data-rows") or -1), int(heatmap.get_attribute("data-cols") or -1)
 
 
+def shown(tokens: list[str]) -> list[str]:
+    """Pieces as the page shows them: no ▁ before a word's first piece, a · before the pieces that continue it."""
+    return [t if t.startswith("<") or t == "(start)" else t[1:] or "\u2423" if t.startswith("\u2581") else "\u00b7" + t
+            for t in tokens]
+
+
 def titles(page: Page, selector: str) -> list[str]:
     return [str(t) for t in page.locator(selector).evaluate_all("els => els.map(e => e.title)")]
 
@@ -122,7 +128,7 @@ def test_translate_attention_hover_and_exports(session: Session) -> None:
     assert items.locator(".text").all_text_contents() == [best["text"], alternative["text"]]
     scores = [float(s or "nan") for s in items.evaluate_all("els => els.map(e => e.dataset.score)")]
     assert scores == pytest.approx([best["score"], alternative["score"]], abs=1e-6)
-    assert page.get_by_test_id("best-tokens").locator(".token").all_text_contents() == best["tokens"]
+    assert page.get_by_test_id("best-tokens").locator(".token").all_text_contents() == shown(best["tokens"])
 
     params = {m["id"]: m for m in httpx.get(f"{session.server.url}/models").json()["models"]}["tiny-en-de"]
     info = page.get_by_test_id("model-info")
@@ -134,8 +140,8 @@ def test_translate_attention_hover_and_exports(session: Session) -> None:
     S, T = len(attention["source_tokens"]), len(attention["target_tokens"])
     assert S >= 4 and T >= 3
     assert heatmap_shape(page) == (T, S)
-    assert titles(page, "#heatmap .row-label") == attention["target_tokens"]
-    assert titles(page, "#heatmap .col-label") == attention["source_tokens"]
+    assert titles(page, "#heatmap .row-label") == shown(attention["target_tokens"])
+    assert titles(page, "#heatmap .col-label") == shown(attention["source_tokens"])
     canvas = page.get_by_test_id("heatmap-canvas")
     box = canvas.bounding_box()
     assert box is not None
@@ -177,7 +183,7 @@ def test_translate_attention_hover_and_exports(session: Session) -> None:
     assert heatmap_shape(page) == (S, S)
     page.get_by_test_id("kind-decoder").check()
     assert heatmap_shape(page) == (T, T)
-    assert titles(page, "#heatmap .col-label") == ["(start)", *attention["target_tokens"][:-1]]
+    assert titles(page, "#heatmap .col-label") == shown(["(start)", *attention["target_tokens"][:-1]])
     page.get_by_test_id("kind-cross").check()
     assert heatmap_shape(page) == (T, S)
 
@@ -217,7 +223,7 @@ def test_script_in_the_input_stays_text(session: Session) -> None:
     assert page.get_by_test_id("input").input_value() == XSS
     attention = session.post("/attention", {"q": XSS, "model": "tiny-en-de", "beam_size": 3, "max_length": 6})
     labels = page.locator("#heatmap .col-label")
-    assert labels.evaluate_all("els => els.map(e => e.title)") == attention["source_tokens"]
+    assert labels.evaluate_all("els => els.map(e => e.title)") == shown(attention["source_tokens"])
     assert "<unk>" in attention["source_tokens"]  # markup-like model text, shown as it is
     assert "<unk>" in labels.all_text_contents()
     canvas = page.get_by_test_id("heatmap-canvas")
@@ -349,4 +355,46 @@ def test_a_failed_run_leaves_no_attention_of_another_output(session: Session) ->
     expect(page.get_by_test_id("error-code")).to_contain_text("network")
     expect(attention).to_have_attribute("data-state", "error")
     assert page.locator("#heatmap canvas").count() == 0
+    assert not session.errors
+
+
+def words_of(tokens: list[str]) -> list[list[int]]:
+    """The page's grouping of pieces into words: a word starts at a piece with ▁ and at each special token."""
+    groups: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        special = token.startswith("<") or token == "(start)"
+        if not special and not token.startswith("\u2581") and groups and not tokens[groups[-1][0]].startswith("<"):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def test_tokens_read_as_words_and_words_mode_merges_pieces(session: Session) -> None:
+    page = session.page
+    text = "kalomineruza vo sati kalo"  # long words: several pieces each
+    run_in_page(page, text, max_length=8)
+    wait_done(page)
+    a = session.post("/attention", {"q": text, "model": "tiny-en-de", **OPTIONS, "max_length": 8})
+    assert any(not t.startswith("\u2581") and not t.startswith("<") for t in a["source_tokens"]), "no subwords"
+    labels = page.locator(".row-label, .col-label, #best-tokens .token").all_text_contents()
+    page.get_by_test_id("view-lines").check()
+    labels += page.locator("#lines text").all_text_contents()
+    page.get_by_test_id("view-matrix").check()
+    assert labels and not [t for t in labels if "\u2581" in t]
+    assert "· marks a piece" in (page.get_by_test_id("caption").text_content() or "")
+
+    page.get_by_test_id("units-words").check()
+    rows, cols = words_of(a["target_tokens"]), words_of(a["source_tokens"])
+    assert heatmap_shape(page) == (len(rows), len(cols)) and len(cols) < len(a["source_tokens"])
+    expect(page.get_by_test_id("caption")).to_contain_text("summed over its pieces")
+    layer = len(a["cross"]) - 1  # the page opens the last layer, mean over heads
+    pieces = np.mean(np.array(a["cross"][layer]), axis=0)  # (T, S)
+    want = np.array([[pieces[r][:, c].sum(axis=1).mean() for c in cols] for r in rows])
+    got = np.array(page.evaluate("() => state.matrix.weights"))
+    np.testing.assert_allclose(got, want, atol=1e-9)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=0.01)  # rows still sum to 1 (weights rounded)
+    spelled = ["".join(a["source_tokens"][i] for i in c).replace("\u2581", "") for c in cols]
+    assert page.locator(".col-label").all_text_contents() == spelled
+    page.screenshot(path=str(ARTIFACTS / "demo-page-words.png"), full_page=True)
     assert not session.errors
