@@ -6,6 +6,11 @@ const $ = (selector) => document.querySelector(selector);
 const SVG = "http://www.w3.org/2000/svg";
 const START = "(start)"; // the decoder's first input, before any output token
 const MAX_LABEL = 16; // characters of a token shown as an axis label
+// Browsers refuse larger canvases (Chromium: 32767 px a side, 268 M pixels in all) and draw a broken-canvas icon;
+// past these, the heatmap's backing store gets fewer pixels than the screen's, not an error.
+const MAX_CANVAS_SIDE = 16384;
+const MAX_CANVAS_PIXELS = 1 << 26;
+const MAX_LINES = 4000; // the lines view draws at most this many, the strongest (SVG slows down past a few thousand)
 const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
 const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
@@ -22,6 +27,7 @@ const state = {
   head: "mean", // or a head index
   view: "matrix",
   units: "pieces", // or "words": subword pieces merged into the words they spell
+  zoom: "auto", // "auto" (cells of 14-36 px), "fit" (the heatmap fits the box's width), or a cell size in px
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
 };
@@ -501,16 +507,29 @@ function render() {
 // -- attention: the heatmap -----------------------------------------------------------------------
 
 function cellSize(rows, cols) {
+  if (typeof state.zoom === "number") return state.zoom;
+  if (state.zoom === "fit") { // the row labels take up to 180 px of the box; cells may be a fraction of a pixel
+    const width = $(".heatmap-scroll").clientWidth - 200;
+    return Math.max(0.25, Math.min(36, width / cols));
+  }
   return Math.max(14, Math.min(36, Math.floor(640 / Math.max(rows, cols))));
 }
 
-/** Draw the weights, one square per cell, into a canvas of cell-sized squares (sharp on any screen). */
-function drawCells(canvas, m, cell) {
+/** Backing-store pixels per CSS pixel for a canvas of this CSS size: the screen's ratio (sharp on any screen),
+ * less where the canvas would pass the browser's limits. */
+function canvasRatio(width, height) {
   const ratio = window.devicePixelRatio || 1;
-  canvas.width = m.cols.length * cell * ratio;
-  canvas.height = m.rows.length * cell * ratio;
-  canvas.style.width = `${m.cols.length * cell}px`;
-  canvas.style.height = `${m.rows.length * cell}px`;
+  return Math.min(ratio, MAX_CANVAS_SIDE / width, MAX_CANVAS_SIDE / height, Math.sqrt(MAX_CANVAS_PIXELS / (width * height)));
+}
+
+/** Draw the weights, one square per cell, into a canvas of cell-sized squares. */
+function drawCells(canvas, m, cell) {
+  const [width, height] = [m.cols.length * cell, m.rows.length * cell];
+  const ratio = canvasRatio(width, height);
+  canvas.width = Math.floor(width * ratio);
+  canvas.height = Math.floor(height * ratio);
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${height}px`;
   const ctx = canvas.getContext("2d");
   ctx.scale(ratio, ratio);
   m.weights.forEach((row, i) => row.forEach((w, j) => {
@@ -525,6 +544,8 @@ function labelList(className, tokens, cell, axis) {
     const label = el("div", {class: className, "data-index": i, title: token}, short(token));
     label.style[axis] = `${cell}px`;
     label.style.lineHeight = `${cell}px`;
+    if (cell < 12) label.style.fontSize = `${Math.max(cell - 1, 0)}px`; // zoomed out: shrink, or hide below 6 px
+    if (cell < 6) label.style.visibility = "hidden";
     label.addEventListener("mouseenter", () => setHover(className === "row-label" ? i : null,
       className === "col-label" ? i : null));
     label.addEventListener("mouseleave", () => setHover(null, null));
@@ -583,12 +604,12 @@ function setHover(row, col, event) {
 function drawHover(row, col) {
   const overlay = $("#heatmap .overlay");
   const cell = Number($("#heatmap").dataset.cell);
-  const ratio = window.devicePixelRatio || 1;
+  const width = parseFloat(overlay.style.width);
+  const height = parseFloat(overlay.style.height);
+  const ratio = overlay.width / width; // as drawCells chose it
   const ctx = overlay.getContext("2d");
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  ctx.clearRect(0, 0, overlay.width, overlay.height);
-  const width = overlay.width / ratio;
-  const height = overlay.height / ratio;
+  ctx.clearRect(0, 0, width, height);
   ctx.fillStyle = "rgba(255, 176, 32, 0.22)";
   if (row !== null) ctx.fillRect(0, row * cell, width, cell);
   if (col !== null) ctx.fillRect(col * cell, 0, cell, height);
@@ -637,20 +658,27 @@ function renderLines(m) {
   const n = Math.max(m.rows.length, m.cols.length);
   const height = top + n * rowHeight + 8;
   svg.setAttribute("viewBox", `0 0 620 ${height}`);
-  svg.setAttribute("width", "620");
-  svg.setAttribute("height", String(height));
+  svg.setAttribute("width", "100%"); // as wide as the card allows, at most 620 px (style.css)
+  svg.style.aspectRatio = `620 / ${height}`;
   const keyY = (j) => top + j * rowHeight + rowHeight / 2;
   const queryY = (i) => top + i * rowHeight + rowHeight / 2;
   svg.append(svgEl("text", {x: leftX - 10, y: 16, class: "axis", "text-anchor": "end"}, `${m.colAxis}`),
     svgEl("text", {x: rightX + 10, y: 16, class: "axis"}, `${m.rowAxis}`));
   const lines = svgEl("g", {class: "links"});
+  const links = [];
   m.weights.forEach((row, i) => row.forEach((w, j) => {
-    const t = w / m.max;
-    if (t < 0.02) return;
-    lines.append(svgEl("line", {x1: leftX, y1: keyY(j), x2: rightX, y2: queryY(i), "stroke-opacity": t.toFixed(3),
-      "data-row": i, "data-col": j}));
+    if (w / m.max >= 0.02) links.push([w, i, j]);
   }));
+  if (links.length > MAX_LINES) links.sort((a, b) => b[0] - a[0]).length = MAX_LINES;
+  svg.dataset.lines = links.length;
+  svg.dataset.capped = links.length === MAX_LINES ? "true" : "false";
+  for (const [w, i, j] of links) {
+    lines.append(svgEl("line", {x1: leftX, y1: keyY(j), x2: rightX, y2: queryY(i),
+      "stroke-opacity": (w / m.max).toFixed(3), "data-row": i, "data-col": j}));
+  }
   svg.append(lines);
+  $("#lines-note").textContent = links.length === MAX_LINES
+    ? `The ${MAX_LINES} strongest links are drawn; weaker ones are left out.` : "";
   const focus = (attr, index) => {
     svg.classList.toggle("focus", index !== null);
     for (const line of lines.children) line.classList.toggle("on", line.getAttribute(attr) === String(index));
@@ -812,6 +840,11 @@ function init() {
       render();
     });
   }
+  $("#zoom").addEventListener("change", () => {
+    const zoom = $("#zoom").value;
+    state.zoom = zoom === "auto" || zoom === "fit" ? zoom : Number(zoom);
+    render();
+  });
   for (const radio of document.querySelectorAll("input[name=units]")) {
     radio.addEventListener("change", () => {
       state.units = radio.value;

@@ -14,8 +14,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import sentencepiece as spm
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
+from service.settings import ServiceSettings
+from tests.conftest import SPM_VOCAB, save_random_checkpoint
 from tests.service.conftest import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -398,3 +401,65 @@ def test_tokens_read_as_words_and_words_mode_merges_pieces(session: Session) -> 
     assert page.locator(".col-label").all_text_contents() == spelled
     page.screenshot(path=str(ARTIFACTS / "demo-page-words.png"), full_page=True)
     assert not session.errors
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[Server]:
+    """A tiny model that takes 1024 tokens, and a server that answers attention maps that large."""
+    models = tmp_path_factory.mktemp("long-models")
+    save_random_checkpoint(models / "long-1024", spm_dir, SPM_VOCAB, seed=8, source_lang="en", target_lang="xl",
+                           max_len=1024)
+    server = Server(ServiceSettings(models_dir=models, max_attention_cells=12_000_000)).__enter__()
+    server.wait_ready()
+    yield server
+    server.__exit__()
+
+
+def test_a_1024_token_input_on_a_2x_screen_stays_drawn_and_labelled(browser: Browser, long_server: Server,
+                                                                    spm_dir: Path) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, device_scale_factor=2)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{long_server.url}/")
+    words = ["kalo", "mine", "ruza", "vo"] * 400
+    sp = spm.SentencePieceProcessor(model_file=str(spm_dir / "spm.model"))
+    while len(sp.encode(" ".join(words))) > 1023:  # with EOS, at most 1024 tokens
+        words.pop()
+    text = " ".join(words)
+    run_in_page(page, text, model="long-1024", beam_size=1, n_best=1, max_length=3)
+    wait_done(page)
+    page.get_by_test_id("kind-encoder").check()
+    rows, cols = heatmap_shape(page)
+    assert 1000 <= rows == cols <= 1024
+    size = page.evaluate("() => { const c = document.querySelector('#heatmap-canvas'); "
+                         "return [c.width, c.height, parseFloat(c.style.width)]; }")
+    assert size[2] == cols * 14  # CSS pixels: 14 px cells (about 14,300 px), at 2 device pixels each ...
+    assert size[0] <= 16384 and size[0] * size[1] <= 1 << 26  # ... would be a 28,672-px canvas: refused
+    alpha = page.evaluate("() => document.querySelector('#heatmap-canvas').getContext('2d')"
+                          ".getImageData(100, 100, 1, 1).data[3]")
+    assert alpha == 255, "the canvas is drawn"
+
+    scroller = page.locator(".heatmap-scroll")
+    scroller.evaluate("e => { e.scrollTop = e.scrollHeight; e.scrollLeft = e.scrollWidth; }")
+    box = scroller.bounding_box()
+    assert box is not None
+    for selector in (".col-labels", ".row-labels", ".corner"):
+        labels = page.locator(f"#heatmap {selector}").bounding_box()
+        assert labels is not None
+        assert labels["x"] < box["x"] + box["width"] and labels["x"] + labels["width"] > box["x"], selector
+        assert labels["y"] < box["y"] + box["height"] and labels["y"] + labels["height"] > box["y"], selector
+    first_row = page.locator("#heatmap .row-label").nth(rows - 1).bounding_box()  # the last row, in view
+    assert first_row is not None and box["x"] <= first_row["x"] <= box["x"] + 200
+    page.screenshot(path=str(ARTIFACTS / "demo-page-1024-scrolled.png"))
+
+    page.get_by_test_id("zoom").select_option("fit")
+    fit = page.evaluate("() => document.querySelector('#heatmap').getBoundingClientRect().width")
+    assert fit <= box["width"]
+    page.get_by_test_id("view-lines").check()
+    lines = page.get_by_test_id("lines")
+    assert int(lines.get_attribute("data-lines") or 0) == page.locator("#lines line").count() == 4000
+    expect(page.get_by_test_id("lines-note")).to_contain_text("4000 strongest")
+    assert not errors
+    context.close()
