@@ -11,6 +11,7 @@ const MAX_LABEL = 16; // characters of a token shown as an axis label
 const MAX_CANVAS_SIDE = 16384;
 const MAX_CANVAS_PIXELS = 1 << 26;
 const MAX_LINES = 4000; // the lines view draws at most this many, the strongest (SVG slows down past a few thousand)
+const MAX_TABLE = 100; // the table view lists at most this many rows and columns
 const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
 const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
@@ -30,6 +31,7 @@ const state = {
   zoom: "auto", // "auto" (cells of 14-36 px), "fit" (the heatmap fits the box's width), or a cell size in px
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
+  pinned: null, // {row, col}: the cell a tap, click or the arrow keys chose; its value stays shown
 };
 
 /** An error answered by the service, in its {"error": {code, message, details}} shape. */
@@ -296,6 +298,7 @@ function showOutput(item, pickable) {
     list.append(li);
   });
   $("#output-card").dataset.state = "done";
+  $("#announce").textContent = `${$("#output-title").textContent}: ${item.text}`;
 }
 
 /** The output card's shape ({text, score, tokens, alternatives}) of a POST /attention answer's n-best list. */
@@ -498,6 +501,8 @@ function render() {
     + `(${m.cols.length}); each row sums to 1. ${m.units}`;
   $("#matrix-view").hidden = state.view !== "matrix";
   $("#lines-view").hidden = state.view !== "lines";
+  $("#table-view").hidden = state.view !== "table";
+  if (state.view === "table") renderTable(m);
   renderHeatmap(m);
   renderLegend(m);
   renderLines(m);
@@ -575,22 +580,67 @@ function renderHeatmap(m) {
   overlay.style.height = canvas.style.height;
   plot.append(canvas, overlay);
   canvas.setAttribute("role", "img");
-  canvas.setAttribute("aria-label", `${m.title}: ${m.rows.length} by ${m.cols.length} weights`);
-  canvas.addEventListener("mousemove", (event) => {
+  canvas.setAttribute("tabindex", "0"); // the arrow keys move between cells (pinCell), each value announced
+  canvas.setAttribute("aria-label", `${m.title}: ${m.rows.length} by ${m.cols.length} weights. Arrow keys move `
+    + "between cells; the Table view lists every value.");
+  state.pinned = null;
+  const cellAt = (event) => {
     const rect = canvas.getBoundingClientRect();
     const col = Math.floor((event.clientX - rect.left) / rect.width * m.cols.length);
     const row = Math.floor((event.clientY - rect.top) / rect.height * m.rows.length);
-    if (row >= 0 && row < m.rows.length && col >= 0 && col < m.cols.length) setHover(row, col, event);
+    return row >= 0 && row < m.rows.length && col >= 0 && col < m.cols.length ? {row, col} : null;
+  };
+  canvas.addEventListener("mousemove", (event) => {
+    const at = cellAt(event);
+    if (at && !state.pinned) setHover(at.row, at.col, event);
   });
-  canvas.addEventListener("mouseleave", () => setHover(null, null));
+  canvas.addEventListener("mouseleave", () => {
+    if (!state.pinned) setHover(null, null);
+  });
+  canvas.addEventListener("click", (event) => { // a tap on a phone: pins the cell, a second tap lets go
+    const at = cellAt(event);
+    const same = at && state.pinned && state.pinned.row === at.row && state.pinned.col === at.col;
+    pinCell(same ? null : at);
+  });
+  canvas.addEventListener("keydown", (event) => {
+    const moves = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]};
+    if (event.key === "Escape") {
+      pinCell(null);
+    } else if (moves[event.key]) {
+      const [dr, dc] = moves[event.key];
+      const from = state.pinned || {row: 0, col: 0};
+      const clamp = (x, n) => Math.min(n - 1, Math.max(0, x));
+      pinCell(state.pinned ? {row: clamp(from.row + dr, m.rows.length), col: clamp(from.col + dc, m.cols.length)}
+        : from);
+    } else {
+      return;
+    }
+    event.preventDefault();
+  });
   box.replaceChildren(corner, labelList("col-label", m.cols, cell, "width"),
     labelList("row-label", m.rows, cell, "height"), plot);
 }
 
+/** Pin a cell (or let go, with null): it stays highlighted with its value shown, and the value is announced. */
+function pinCell(at) {
+  state.pinned = at;
+  const live = $("#cell-live");
+  if (!at) {
+    setHover(null, null);
+    live.textContent = "";
+    return;
+  }
+  setHover(at.row, at.col, null, true);
+  const m = state.matrix;
+  live.textContent = `${m.rows[at.row]} → ${m.cols[at.col]}: ${m.weights[at.row][at.col].toFixed(3)}`;
+  const label = $(`#heatmap .row-label[data-index="${at.row}"]`); // keep the cell in view while moving
+  if (label) label.scrollIntoView({block: "nearest", inline: "nearest"});
+}
+
 /** Highlight a row and/or a column: labels get the class "hl", the heatmap data-hover-row/-col. */
-function setHover(row, col, event) {
+function setHover(row, col, event, pinned = false) {
   const box = $("#heatmap");
-  if (state.hover.row === row && state.hover.col === col && !event) return;
+  if (state.hover.row === row && state.hover.col === col && !event && !pinned) return;
   state.hover = {row, col};
   box.dataset.hoverRow = row === null ? "" : row;
   box.dataset.hoverCol = col === null ? "" : col;
@@ -598,7 +648,7 @@ function setHover(row, col, event) {
   if (row !== null) box.querySelector(`.row-label[data-index="${row}"]`).classList.add("hl");
   if (col !== null) box.querySelector(`.col-label[data-index="${col}"]`).classList.add("hl");
   drawHover(row, col);
-  showTooltip(row, col, event);
+  showTooltip(row, col, event, pinned);
 }
 
 function drawHover(row, col) {
@@ -620,10 +670,11 @@ function drawHover(row, col) {
   }
 }
 
-function showTooltip(row, col, event) {
+/** The value of a cell beside the pointer, or beside the cell itself when it is pinned. */
+function showTooltip(row, col, event, pinned = false) {
   const tip = $("#tooltip");
   const m = state.matrix;
-  if (row === null || col === null || !event) {
+  if (row === null || col === null || (!event && !pinned)) {
     tip.hidden = true;
     return;
   }
@@ -631,9 +682,14 @@ function showTooltip(row, col, event) {
     el("span", {class: "token"}, m.cols[col]), el("strong", {"data-testid": "tooltip-weight"},
       m.weights[row][col].toFixed(3)));
   const view = $("#matrix-view").getBoundingClientRect();
-  tip.style.left = `${event.clientX - view.left + 14}px`;
-  tip.style.top = `${event.clientY - view.top + 14}px`;
+  const canvas = $("#heatmap-canvas").getBoundingClientRect();
+  const cell = canvas.width / m.cols.length;
+  const x = event ? event.clientX : canvas.left + (col + 1) * cell;
+  const y = event ? event.clientY : canvas.top + (row + 1) * cell;
+  tip.style.left = `${Math.min(x - view.left + 14, view.width - 220)}px`;
+  tip.style.top = `${y - view.top + 14}px`;
   tip.hidden = false;
+  tip.dataset.pinned = String(pinned);
 }
 
 function renderLegend(m) {
@@ -692,6 +748,30 @@ function renderLines(m) {
   };
   m.cols.forEach((t, j) => svg.append(token(t, leftX - 10, keyY(j), "end", "data-col", j)));
   m.rows.forEach((t, i) => svg.append(token(t, rightX + 10, queryY(i), "start", "data-row", i)));
+}
+
+// -- attention: a table, for screen readers and for copying ------------------------------------------
+
+function renderTable(m) {
+  const [rows, cols] = [Math.min(m.rows.length, MAX_TABLE), Math.min(m.cols.length, MAX_TABLE)];
+  const table = el("table", {"data-testid": "weights-table", class: "weights"});
+  table.append(el("caption", {}, `${m.title}: rows are ${m.rowAxis}, columns ${m.colAxis}`));
+  const head = el("tr");
+  head.append(el("th", {scope: "col"}, `${m.rowAxis} \\ ${m.colAxis}`));
+  for (let j = 0; j < cols; j++) head.append(el("th", {scope: "col"}, m.cols[j]));
+  const body = el("tbody");
+  for (let i = 0; i < rows; i++) {
+    const tr = el("tr");
+    tr.append(el("th", {scope: "row"}, m.rows[i]));
+    for (let j = 0; j < cols; j++) tr.append(el("td", {}, m.weights[i][j].toFixed(3)));
+    body.append(tr);
+  }
+  table.append(el("thead"), body);
+  table.querySelector("thead").append(head);
+  const cut = rows < m.rows.length || cols < m.cols.length;
+  $("#table-note").textContent = cut ? `The first ${rows} rows and ${cols} columns of ${m.rows.length} × `
+    + `${m.cols.length}; Download JSON has them all.` : "";
+  $("#table-scroll").replaceChildren(table);
 }
 
 // -- attention: every layer and head, as bertviz's model view -------------------------------------

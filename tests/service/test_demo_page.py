@@ -348,6 +348,7 @@ def test_a_failed_run_leaves_no_attention_of_another_output(session: Session) ->
     assert heatmap_shape(page) == (-1, -1) and page.locator("#heatmap canvas").count() == 0
     assert page.locator("#thumbs button").count() == 0 and page.locator("#lines line").count() == 0
     expect(page.get_by_test_id("export-json")).to_be_disabled()
+    assert page.evaluate(LOW_CONTRAST) == []  # error messages too
     page.screenshot(path=str(ARTIFACTS / "demo-page-failed-run.png"), full_page=True)
 
     page.get_by_test_id("input").fill(TEXT)
@@ -463,3 +464,90 @@ def test_a_1024_token_input_on_a_2x_screen_stays_drawn_and_labelled(browser: Bro
     expect(page.get_by_test_id("lines-note")).to_contain_text("4000 strongest")
     assert not errors
     context.close()
+
+
+# The contrast of every piece of visible text against the background it is drawn on (WCAG 2's formula); the
+# background is the first opaque one among the element and its ancestors. Disabled controls are exempt.
+LOW_CONTRAST = """() => {
+  const lum = (rgb) => { const c = rgb.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92
+    : ((v + 0.055) / 1.055) ** 2.4; }); return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]; };
+  const parse = (s) => s.match(/[\\d.]+/g).map(Number);
+  const back = (e) => { for (; e; e = e.parentElement) { const style = getComputedStyle(e);
+    const stops = style.backgroundImage.match(/rgba?\([^)]*\)/g);  // a gradient: each of its colours
+    if (stops) return stops.map((c) => parse(c).slice(0, 3));
+    const c = parse(style.backgroundColor);
+    if (c.length < 4 || c[3] === 1) return [c.slice(0, 3)]; } return [[255, 255, 255]]; };
+  const low = [];
+  for (const e of document.querySelectorAll("body *")) {
+    const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    const style = getComputedStyle(e);
+    if (!own || !e.getClientRects().length || style.visibility === "hidden" || e.closest("[disabled]")
+        || e.closest(".visually-hidden") || e.closest("canvas, svg")) continue;
+    const a = lum(parse(style.color).slice(0, 3));
+    const ratio = Math.min(...back(e).map((c) => { const b = lum(c);
+      return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }));
+    if (ratio < 4.5) low.push(`${e.tagName}.${e.className} "${e.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
+  }
+  return low;
+}"""
+
+
+def test_phone_tap_pins_a_value_and_labels_stay_in_view(browser: Browser, serve: Callable[..., Server]) -> None:
+    server = serve()
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=3, is_mobile=True,
+                                  has_touch=True)
+    page = context.new_page()
+    page.goto(f"{server.url}/")
+    run_in_page(page, TEXT, max_length=8)
+    wait_done(page)
+    scroller = page.locator(".heatmap-scroll")
+    scroller.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
+    box, labels = scroller.bounding_box(), page.locator("#heatmap .row-labels").bounding_box()
+    assert box is not None and labels is not None and box["x"] <= labels["x"] < box["x"] + 20  # still at the left
+    canvas = page.get_by_test_id("heatmap-canvas")
+    cell = float(page.get_by_test_id("heatmap").get_attribute("data-cell") or 0)
+    canvas.tap(position={"x": 2.5 * cell, "y": 1.5 * cell})  # row 1, column 2
+    page.wait_for_timeout(600)
+    tooltip = page.get_by_test_id("tooltip")
+    expect(tooltip).to_be_visible()
+    weights = page.evaluate("() => state.matrix.weights")
+    expect(page.get_by_test_id("tooltip-weight")).to_have_text(f"{weights[1][2]:.3f}")
+    expect(page.get_by_test_id("cell-live")).to_contain_text(f": {weights[1][2]:.3f}")
+    page.get_by_test_id("view-lines").check()
+    lines = page.get_by_test_id("lines").bounding_box()
+    assert lines is not None and lines["width"] <= 390
+    page.get_by_test_id("view-matrix").check()
+    assert page.evaluate(LOW_CONTRAST) == []
+    page.screenshot(path=str(ARTIFACTS / "demo-page-phone.png"), full_page=True)
+    context.close()
+
+
+def test_keyboard_reaches_cells_and_screen_readers_get_values_a_table_and_the_result(session: Session) -> None:
+    page = session.page
+    run_in_page(page, TEXT)
+    wait_done(page)
+    want = session.post("/translate", {"q": TEXT, "model": "tiny-en-de", **OPTIONS})
+    expect(page.get_by_test_id("announce")).to_have_text(f"Translation: {want['translatedText']}")
+    canvas = page.get_by_test_id("heatmap-canvas")
+    canvas.focus()
+    for key in ("ArrowDown", "ArrowDown", "ArrowRight"):  # the first arrow pins (0, 0), then moves
+        page.keyboard.press(key)
+    m = page.evaluate("() => state.matrix")
+    live = page.get_by_test_id("cell-live")
+    expect(live).to_have_text(f"{m['rows'][1]} → {m['cols'][1]}: {m['weights'][1][1]:.3f}")
+    assert page.get_by_test_id("heatmap").get_attribute("data-hover-row") == "1"
+    page.keyboard.press("Escape")
+    expect(live).to_have_text("")
+    expect(page.get_by_test_id("tooltip")).to_be_hidden()
+
+    page.get_by_test_id("view-table").check()
+    table = page.get_by_test_id("weights-table")
+    expect(table).to_be_visible()
+    assert table.locator("thead th").all_text_contents()[1:] == m["cols"]
+    assert table.locator("tbody th").all_text_contents() == m["rows"]
+    assert table.locator("tbody tr").nth(1).locator("td").all_text_contents() == \
+        [f"{w:.3f}" for w in m["weights"][1]]
+    low = page.evaluate(LOW_CONTRAST)
+    assert low == [], "\n".join(low)
+    page.screenshot(path=str(ARTIFACTS / "demo-page-table.png"), full_page=True)
+    assert not session.errors
