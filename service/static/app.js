@@ -12,6 +12,7 @@ const MAX_CANVAS_SIDE = 16384;
 const MAX_CANVAS_PIXELS = 1 << 26;
 const MAX_LINES = 4000; // the lines view draws at most this many, the strongest (SVG slows down past a few thousand)
 const MAX_TABLE = 100; // the table view lists at most this many rows and columns
+const MASKED = [229, 231, 235]; // a cell the decoder may not attend to (a later position): not a zero weight
 const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
 const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
@@ -29,6 +30,7 @@ const state = {
   view: "matrix",
   units: "pieces", // or "words": subword pieces merged into the words they spell
   zoom: "auto", // "auto" (cells of 14-36 px), "fit" (the heatmap fits the box's width), or a cell size in px
+  sharedScale: false, // one colour scale for every layer and head of a kind, so that they can be compared
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
   pinned: null, // {row, col}: the cell a tap, click or the arrow keys chose; its value stays shown
@@ -442,8 +444,27 @@ function currentMatrix() {
   } else {
     [rows, cols] = [rows.map(pieceLabel), cols.map(pieceLabel)];
   }
-  return {weights, rows, cols, max: maxOf(weights), rowAxis, colAxis, units,
-    title: `${KIND_NAMES[state.kind]}, layer ${state.layer}, ${which}`};
+  return {weights, rows, cols, max: state.sharedScale ? sharedMax(state.kind) : maxOf(weights), rowAxis, colAxis,
+    units, masked: maskOf(state.kind), title: `${KIND_NAMES[state.kind]}, layer ${state.layer}, ${which}`};
+}
+
+/** The largest weight of any layer and head of kind (in the units shown): one scale to compare heads by. */
+function sharedMax(kind) {
+  let max = 0;
+  stackOf(kind).forEach((heads, layer) => heads.forEach((_, head) => {
+    max = Math.max(max, maxOf(inUnits(weightsOf(kind, layer, head), kind)));
+  }));
+  return max || 1;
+}
+
+/** (row, col) -> whether the cell is masked: a decoder query may not attend to later positions (§3.2.3). In
+ * words mode a word is masked from a later word: every piece of it comes after every piece of the query word. */
+function maskOf(kind) {
+  if (kind !== "decoder") return () => false;
+  if (state.units !== "words") return (i, j) => j > i;
+  const [rows, cols] = labelsOf(kind);
+  const [rg, cg] = [wordsOf(rows).groups, wordsOf(cols).groups];
+  return (i, j) => cg[j][0] > rg[i][rg[i].length - 1];
 }
 
 function showAttention(attention) {
@@ -538,7 +559,7 @@ function drawCells(canvas, m, cell) {
   const ctx = canvas.getContext("2d");
   ctx.scale(ratio, ratio);
   m.weights.forEach((row, i) => row.forEach((w, j) => {
-    ctx.fillStyle = css(colour(w / m.max));
+    ctx.fillStyle = css(m.masked(i, j) ? MASKED : colour(w / m.max));
     ctx.fillRect(j * cell, i * cell, cell, cell);
   }));
 }
@@ -621,6 +642,11 @@ function renderHeatmap(m) {
     labelList("row-label", m.rows, cell, "height"), plot);
 }
 
+/** A cell's weight as text, or "masked" where the decoder may not look. */
+function valueText(m, row, col) {
+  return m.masked(row, col) ? "masked" : m.weights[row][col].toFixed(3);
+}
+
 /** Pin a cell (or let go, with null): it stays highlighted with its value shown, and the value is announced. */
 function pinCell(at) {
   state.pinned = at;
@@ -632,7 +658,7 @@ function pinCell(at) {
   }
   setHover(at.row, at.col, null, true);
   const m = state.matrix;
-  live.textContent = `${m.rows[at.row]} → ${m.cols[at.col]}: ${m.weights[at.row][at.col].toFixed(3)}`;
+  live.textContent = `${m.rows[at.row]} → ${m.cols[at.col]}: ${valueText(m, at.row, at.col)}`;
   const label = $(`#heatmap .row-label[data-index="${at.row}"]`); // keep the cell in view while moving
   if (label) label.scrollIntoView({block: "nearest", inline: "nearest"});
 }
@@ -680,7 +706,7 @@ function showTooltip(row, col, event, pinned = false) {
   }
   tip.replaceChildren(el("span", {class: "token"}, m.rows[row]), el("span", {class: "arrow"}, " → "),
     el("span", {class: "token"}, m.cols[col]), el("strong", {"data-testid": "tooltip-weight"},
-      m.weights[row][col].toFixed(3)));
+      valueText(m, row, col)));
   const view = $("#matrix-view").getBoundingClientRect();
   const canvas = $("#heatmap-canvas").getBoundingClientRect();
   const cell = canvas.width / m.cols.length;
@@ -699,7 +725,8 @@ function renderLegend(m) {
     ctx.fillStyle = css(colour(x / (bar.width - 1)));
     ctx.fillRect(x, 0, 1, bar.height);
   }
-  $("#legend-max").textContent = m.max.toFixed(3);
+  $("#legend-max").textContent = m.max.toFixed(3) + (state.sharedScale ? " (every head)" : "");
+  $("#legend-masked").hidden = state.kind !== "decoder";
 }
 
 // -- attention: lines, as tensor2tensor draws them ------------------------------------------------
@@ -763,7 +790,7 @@ function renderTable(m) {
   for (let i = 0; i < rows; i++) {
     const tr = el("tr");
     tr.append(el("th", {scope: "row"}, m.rows[i]));
-    for (let j = 0; j < cols; j++) tr.append(el("td", {}, m.weights[i][j].toFixed(3)));
+    for (let j = 0; j < cols; j++) tr.append(el("td", {}, valueText(m, i, j)));
     body.append(tr);
   }
   table.append(el("thead"), body);
@@ -776,15 +803,14 @@ function renderTable(m) {
 
 // -- attention: every layer and head, as bertviz's model view -------------------------------------
 
-function thumbnail(weights) {
+function thumbnail(weights, max, masked) {
   const rows = weights.length;
   const cols = weights[0].length;
   const canvas = el("canvas", {width: cols, height: rows});
   const ctx = canvas.getContext("2d");
   const image = ctx.createImageData(cols, rows);
-  const max = maxOf(weights);
   weights.forEach((row, i) => row.forEach((w, j) => {
-    const [r, g, b] = colour(w / max);
+    const [r, g, b] = masked(i, j) ? MASKED : colour(w / max);
     image.data.set([r, g, b, 255], (i * cols + j) * 4);
   }));
   ctx.putImageData(image, 0, 0);
@@ -809,7 +835,8 @@ function renderThumbs() {
       const button = el("button", {type: "button", class: selected ? "thumb selected" : "thumb",
         "data-testid": "thumb", "data-layer": layer, "data-head": head, "aria-pressed": selected,
         title: `layer ${layer}, ${head === "mean" ? "mean over heads" : `head ${head}`}`});
-      button.append(thumbnail(inUnits(weightsOf(state.kind, layer, head), state.kind)));
+      const weights = inUnits(weightsOf(state.kind, layer, head), state.kind);
+      button.append(thumbnail(weights, state.sharedScale ? state.matrix.max : maxOf(weights), state.matrix.masked));
       button.addEventListener("click", () => choose(layer, head));
       cells.push(button);
     }
@@ -856,7 +883,7 @@ function figure(m) {
   ctx.fillText(m.title, 12, 22);
   ctx.font = font;
   m.weights.forEach((row, i) => row.forEach((w, j) => {
-    ctx.fillStyle = css(colour(w / m.max));
+    ctx.fillStyle = css(m.masked(i, j) ? MASKED : colour(w / m.max));
     ctx.fillRect(left + j * cell, top + i * cell, cell, cell);
   }));
   ctx.fillStyle = "#1f2937";
@@ -920,6 +947,10 @@ function init() {
       render();
     });
   }
+  $("#shared-scale").addEventListener("change", () => {
+    state.sharedScale = $("#shared-scale").checked;
+    render();
+  });
   $("#zoom").addEventListener("change", () => {
     const zoom = $("#zoom").value;
     state.zoom = zoom === "auto" || zoom === "fit" ? zoom : Number(zoom);

@@ -551,3 +551,31 @@ def test_keyboard_reaches_cells_and_screen_readers_get_values_a_table_and_the_re
     assert low == [], "\n".join(low)
     page.screenshot(path=str(ARTIFACTS / "demo-page-table.png"), full_page=True)
     assert not session.errors
+
+
+def test_masked_cells_are_drawn_as_masked_and_heads_can_share_one_scale(session: Session) -> None:
+    page = session.page
+    run_in_page(page, TEXT)
+    wait_done(page)
+    page.get_by_test_id("kind-decoder").check()
+    cell = float(page.get_by_test_id("heatmap").get_attribute("data-cell") or 0)
+    assert pixel(page, 1.5 * cell, 0.5 * cell) == (229, 231, 235)  # row 0 may not see position 1
+    assert pixel(page, 0.5 * cell, 0.5 * cell) != (229, 231, 235)
+    expect(page.locator("#legend-masked")).to_be_visible()
+    page.get_by_test_id("view-table").check()
+    first = page.get_by_test_id("weights-table").locator("tbody tr").first.locator("td").all_text_contents()
+    assert first[0] != "masked" and set(first[1:]) == {"masked"}
+    page.get_by_test_id("view-matrix").check()
+
+    page.get_by_test_id("kind-cross").check()
+    a = page.evaluate("() => state.attention")
+    every = max(w for layer in a["cross"] for head in layer for row in head for w in row)
+    page.get_by_test_id("shared-scale").check()
+    for head in ("0", "3", "mean"):
+        page.get_by_test_id("head").select_option(head)
+        expect(page.get_by_test_id("legend-max")).to_have_text(f"{every:.3f} (every head)")
+    page.get_by_test_id("shared-scale").uncheck()
+    page.get_by_test_id("head").select_option("3")
+    own = max(w for row in a["cross"][-1][3] for w in row)
+    expect(page.get_by_test_id("legend-max")).to_have_text(f"{own:.3f}")
+    assert not session.errors
