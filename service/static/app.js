@@ -12,6 +12,8 @@ const MAX_CANVAS_SIDE = 16384;
 const MAX_CANVAS_PIXELS = 1 << 26;
 const MAX_LINES = 4000; // the lines view draws at most this many, the strongest (SVG slows down past a few thousand)
 const MAX_TABLE = 100; // the table view lists at most this many rows and columns
+// The lines view's colours for the heads of a layer, when each head is drawn (bertviz's head view).
+const HEAD_COLOURS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d"];
 const MASKED = [229, 231, 235]; // a cell the decoder may not attend to (a later position): not a zero weight
 const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
@@ -31,6 +33,7 @@ const state = {
   units: "pieces", // or "words": subword pieces merged into the words they spell
   zoom: "auto", // "auto" (cells of 14-36 px), "fit" (the heatmap fits the box's width), or a cell size in px
   sharedScale: false, // one colour scale for every layer and head of a kind, so that they can be compared
+  everyHead: false, // the lines view draws each head of the layer in its own colour
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
   pinned: null, // {row, col}: the cell a tap, click or the arrow keys chose; its value stays shown
@@ -748,18 +751,35 @@ function renderLines(m) {
   svg.append(svgEl("text", {x: leftX - 10, y: 16, class: "axis", "text-anchor": "end"}, `${m.colAxis}`),
     svgEl("text", {x: rightX + 10, y: 16, class: "axis"}, `${m.rowAxis}`));
   const lines = svgEl("g", {class: "links"});
-  const links = [];
-  m.weights.forEach((row, i) => row.forEach((w, j) => {
-    if (w / m.max >= 0.02) links.push([w, i, j]);
-  }));
+  const links = []; // [weight / max, row, col, head or null]
+  const heads = state.everyHead ? stackOf(state.kind)[state.layer].map((_, h) => h) : [null];
+  for (const head of heads) {
+    const weights = head === null ? m.weights : inUnits(weightsOf(state.kind, state.layer, head), state.kind);
+    const max = head === null || state.sharedScale ? m.max : maxOf(weights);
+    weights.forEach((row, i) => row.forEach((w, j) => {
+      if (w / max >= 0.02) links.push([w / max, i, j, head]);
+    }));
+  }
   if (links.length > MAX_LINES) links.sort((a, b) => b[0] - a[0]).length = MAX_LINES;
   svg.dataset.lines = links.length;
   svg.dataset.capped = links.length === MAX_LINES ? "true" : "false";
-  for (const [w, i, j] of links) {
-    lines.append(svgEl("line", {x1: leftX, y1: keyY(j), x2: rightX, y2: queryY(i),
-      "stroke-opacity": (w / m.max).toFixed(3), "data-row": i, "data-col": j}));
+  for (const [t, i, j, head] of links) {
+    const line = svgEl("line", {x1: leftX, y1: keyY(j), x2: rightX, y2: queryY(i), "stroke-opacity": t.toFixed(3),
+      "data-row": i, "data-col": j});
+    if (head !== null) {
+      line.style.stroke = HEAD_COLOURS[head % HEAD_COLOURS.length]; // over the one colour of #lines line
+      line.dataset.head = head;
+    }
+    lines.append(line);
   }
   svg.append(lines);
+  $("#head-key").replaceChildren(...(state.everyHead ? heads.map((h) => {
+    const key = el("span", {class: "head-key"});
+    const swatch = el("span", {class: "swatch"});
+    swatch.style.background = HEAD_COLOURS[h % HEAD_COLOURS.length];
+    key.append(swatch, `head ${h}`);
+    return key;
+  }) : []));
   $("#lines-note").textContent = links.length === MAX_LINES
     ? `The ${MAX_LINES} strongest links are drawn; weaker ones are left out.` : "";
   const focus = (attr, index) => {
@@ -947,6 +967,10 @@ function init() {
       render();
     });
   }
+  $("#every-head").addEventListener("change", () => {
+    state.everyHead = $("#every-head").checked;
+    render();
+  });
   $("#shared-scale").addEventListener("change", () => {
     state.sharedScale = $("#shared-scale").checked;
     render();

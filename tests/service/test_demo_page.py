@@ -579,3 +579,19 @@ def test_masked_cells_are_drawn_as_masked_and_heads_can_share_one_scale(session:
     own = max(w for row in a["cross"][-1][3] for w in row)
     expect(page.get_by_test_id("legend-max")).to_have_text(f"{own:.3f}")
     assert not session.errors
+
+
+def test_the_lines_view_draws_every_head_in_its_own_colour(session: Session) -> None:
+    page = session.page
+    run_in_page(page, TEXT)
+    wait_done(page)
+    page.get_by_test_id("view-lines").check()
+    single = page.locator("#lines line").count()
+    page.get_by_test_id("every-head").check()
+    heads = page.locator("#lines line").evaluate_all("ls => [...new Set(ls.map(l => l.dataset.head))]")
+    colours = page.locator("#lines line").evaluate_all("ls => [...new Set(ls.map(l => getComputedStyle(l).stroke))]")
+    assert sorted(heads) == ["0", "1", "2", "3"] and len(colours) == 4
+    assert page.locator("#lines line").count() > single
+    expect(page.get_by_test_id("head-key").locator(".head-key")).to_have_count(4)
+    page.screenshot(path=str(ARTIFACTS / "demo-page-head-view.png"), full_page=True)
+    assert not session.errors
