@@ -14,7 +14,17 @@ const MAX_LINES = 4000; // the lines view draws at most this many, the strongest
 const MAX_TABLE = 100; // the table view lists at most this many rows and columns
 // The lines view's colours for the heads of a layer, when each head is drawn (bertviz's head view).
 const HEAD_COLOURS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d"];
-const MASKED = [229, 231, 235]; // a cell the decoder may not attend to (a later position): not a zero weight
+const MASKED = [229, 231, 235];
+// Texts to try, by task (translation examples are English: shown for models from English or of no stated language).
+const EXAMPLES = {
+  translation: ["File not found.", "Could not save the file because the disk is full.",
+    "Do you want to delete the selected items?"],
+  summarization: ["Return the number of items in the queue. Items that a worker has taken but not yet "
+    + "acknowledged are counted too, so that a queue is empty only when every item is done."],
+};
+// The page's state in the URL (after #), so that a view can be shared: field -> the input it fills.
+const URL_FIELDS = {beam_size: "#beam-size", n_best: "#n-best", length_penalty: "#length-penalty",
+  max_length: "#max-length", min_length: "#min-length", no_repeat: "#no-repeat"}; // a cell the decoder may not attend to (a later position): not a zero weight
 const BLUES = [[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
   [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]]; // matplotlib's "Blues", as the CLI draws
 const KIND_NAMES = {cross: "Encoder–decoder attention", encoder: "Encoder self-attention",
@@ -37,6 +47,7 @@ const state = {
   matrix: null, // what the heatmap shows: {weights, rows, cols, max, title, rowAxis, colAxis}
   hover: {row: null, col: null},
   pinned: null, // {row, col}: the cell a tap, click or the arrow keys chose; its value stays shown
+  restore: null, // the view a shared URL asked for, applied once its attention arrives
 };
 
 /** An error answered by the service, in its {"error": {code, message, details}} shape. */
@@ -222,9 +233,77 @@ function showModel() {
   info.append(paramChip("N", "", p.N), paramChip("d", "model", p.d_model), paramChip("d", "ff", p.d_ff),
     paramChip("h", "", p.h));
   info.append(el("span", {class: "chip muted"}, `inputs up to ${model.max_length} tokens`));
+  renderExamples(model);
   if (model.dtype && model.dtype !== "auto") {
-    const note = model.dtype === "int8" ? "int8 weights (quantized at load)" : `${model.dtype} weights`;
+    const note = `${model.dtype} weights`;
     info.append(el("span", {class: "chip muted", "data-param": "dtype"}, note));
+  }
+}
+
+function renderExamples(model) {
+  const english = model.task === "summarization" || !model.source || model.source === "en";
+  const texts = english ? EXAMPLES[model.task] || [] : [];
+  $("#examples").hidden = texts.length === 0;
+  $("#example-list").replaceChildren(...texts.map((text) => {
+    const button = el("button", {type: "button", class: "example", "data-testid": "example"}, text);
+    button.addEventListener("click", () => {
+      $("#input").value = text;
+      $("#input").dispatchEvent(new Event("input"));
+      run();
+    });
+    return button;
+  }));
+}
+
+// -- the page's state in the URL ------------------------------------------------------------------
+
+function saveUrl() {
+  const q = new URLSearchParams();
+  const model = currentModel();
+  if (model) q.set("model", model.id);
+  if ($("#input").value) q.set("text", $("#input").value);
+  for (const [name, id] of Object.entries(URL_FIELDS)) if ($(id).value.trim() !== "") q.set(name, $(id).value.trim());
+  if ($("#truncate").checked) q.set("truncate", "1");
+  if (!$("#with-attention").checked) q.set("attention", "0");
+  for (const name of ["kind", "layer", "head", "view", "units"]) q.set(name, String(state[name]));
+  history.replaceState(null, "", `#${q}`);
+}
+
+/** Fill the page from the URL's state; true when it names a text to run. */
+function loadUrl() {
+  const q = new URLSearchParams(location.hash.slice(1));
+  if (q.has("model") && state.models.some((m) => m.id === q.get("model"))) {
+    $("#model").value = q.get("model");
+    showModel();
+  }
+  for (const [name, id] of Object.entries(URL_FIELDS)) if (q.has(name)) $(id).value = q.get(name);
+  $("#truncate").checked = q.get("truncate") === "1";
+  $("#with-attention").checked = q.get("attention") !== "0";
+  if (q.has("text")) {
+    $("#input").value = q.get("text");
+    $("#input").dispatchEvent(new Event("input"));
+  }
+  const layer = Number(q.get("layer")), head = q.get("head");
+  state.restore = {kind: q.get("kind"), layer: Number.isInteger(layer) ? layer : null,
+    head: head === null || head === "mean" ? "mean" : Number(head), view: q.get("view"), units: q.get("units")};
+  if ((q.get("text") || "").trim()) $("#options").open = [...q.keys()].some((k) => k in URL_FIELDS);
+  return Boolean((q.get("text") || "").trim());
+}
+
+/** The view a shared URL asked for, as far as this attention has it. */
+function applyRestore() {
+  const r = state.restore;
+  state.restore = null;
+  if (!r) return;
+  if (r.kind in KIND_NAMES && state.attention[r.kind]) selectKind(r.kind);
+  const stack = stackOf(state.kind);
+  if (r.layer !== null && r.layer >= 0 && r.layer < stack.length) state.layer = r.layer;
+  if (r.head === "mean" || (Number.isInteger(r.head) && r.head >= 0 && r.head < stack[0].length)) state.head = r.head;
+  for (const [name, values] of [["view", ["matrix", "lines", "table"]], ["units", ["pieces", "words"]]]) {
+    if (values.includes(r[name])) {
+      state[name] = r[name];
+      $(`input[name=${name}][value=${r[name]}]`).checked = true;
+    }
   }
 }
 
@@ -251,6 +330,7 @@ async function refreshModels() {
     fillModels(await loadModels());
     clearError();
     setStatus("");
+    if (location.hash.length > 1 && !state.attention && loadUrl()) run(); // a shared view: run it again
   } catch (e) {
     setStatus("");
     showError(e);
@@ -379,6 +459,7 @@ async function run() {
   setBusy(true, summarizes ? "Summarizing…" : "Translating…");
   try {
     const body = {q: text, model: model.id, ...options};
+    saveUrl();
     if (withAttention) { // one decode gives the output and the attention of the hypothesis shown
       const attention = await api("attention", body);
       state.request = body;
@@ -479,6 +560,7 @@ function showAttention(attention) {
   if (!attention[state.kind]) selectKind("cross");
   state.layer = stackOf(state.kind).length - 1;
   state.head = "mean";
+  applyRestore();
   const card = $("#attention-card");
   card.hidden = false;
   const n = attention.hypotheses.length;
@@ -519,6 +601,7 @@ function choose(layer, head) {
 
 function render() {
   if (!state.attention) return;
+  saveUrl();
   state.matrix = currentMatrix();
   const m = state.matrix;
   $("#caption").textContent = `${m.title}. Rows: ${m.rowAxis} (${m.rows.length}); columns: ${m.colAxis} `

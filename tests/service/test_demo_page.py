@@ -473,7 +473,7 @@ LOW_CONTRAST = """() => {
     : ((v + 0.055) / 1.055) ** 2.4; }); return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]; };
   const parse = (s) => s.match(/[\\d.]+/g).map(Number);
   const back = (e) => { for (; e; e = e.parentElement) { const style = getComputedStyle(e);
-    const stops = style.backgroundImage.match(/rgba?\([^)]*\)/g);  // a gradient: each of its colours
+    const stops = style.backgroundImage.match(/rgba?\\([^)]*\\)/g);  // a gradient: each of its colours
     if (stops) return stops.map((c) => parse(c).slice(0, 3));
     const c = parse(style.backgroundColor);
     if (c.length < 4 || c[3] === 1) return [c.slice(0, 3)]; } return [[255, 255, 255]]; };
@@ -594,4 +594,33 @@ def test_the_lines_view_draws_every_head_in_its_own_colour(session: Session) -> 
     assert page.locator("#lines line").count() > single
     expect(page.get_by_test_id("head-key").locator(".head-key")).to_have_count(4)
     page.screenshot(path=str(ARTIFACTS / "demo-page-head-view.png"), full_page=True)
+    assert not session.errors
+
+
+def test_the_url_holds_the_page_state_and_examples_run(session: Session, browser: Browser) -> None:
+    page = session.page
+    page.get_by_test_id("example").first.click()  # an example fills the text and runs it
+    wait_done(page)
+    assert page.get_by_test_id("input").input_value() == "File not found."
+    run_in_page(page, TEXT, beam_size=4, n_best=3, max_length=7)
+    wait_done(page)
+    page.get_by_test_id("kind-decoder").check()
+    page.get_by_test_id("layer").select_option("0")
+    page.get_by_test_id("head").select_option("2")
+    page.get_by_test_id("units-words").check()
+    page.get_by_test_id("view-table").check()
+    url = page.url
+    assert "#" in url and "text=" in url
+
+    other = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    other.goto(url)
+    wait_done(other)
+    assert other.get_by_test_id("input").input_value() == TEXT
+    assert [other.get_by_test_id(t).input_value() for t in ("beam-size", "n-best", "max-length")] == ["4", "3", "7"]
+    expect(other.get_by_test_id("best-text")).to_have_text(page.get_by_test_id("best-text").text_content() or "")
+    view = "() => [state.kind, state.layer, state.head, state.view, state.units]"
+    assert other.evaluate(view) == page.evaluate(view) == ["decoder", 0, 2, "table", "words"]
+    expect(other.get_by_test_id("weights-table")).to_be_visible()
+    assert other.url == url
+    other.context.close()
     assert not session.errors
