@@ -13,7 +13,16 @@ from model.config import DecodingConfig
 from model.errors import ConfigError
 from service.batcher import with_fields
 from service.costs import attention_cells, check_cells, check_cost, check_selection, decode_cost
-from service.errors import InvalidRequest, NotFound, ResultTooLarge, TaskFailed, shown
+from service.errors import (
+    BadRequest,
+    InvalidRequest,
+    NotFound,
+    NotImplementedHere,
+    ResultTooLarge,
+    TaskFailed,
+    shown,
+)
+from service.libre import html_join, html_parts, language_name
 from service.registry import ModelInfo
 from service.schemas import (
     AttentionRequest,
@@ -24,6 +33,7 @@ from service.schemas import (
     JobProgress,
     JobRequest,
     JobResponse,
+    Language,
     OutputText,
     SummarizeResponse,
     TextRequest,
@@ -91,25 +101,92 @@ def output_text(o: Output) -> OutputText:
                       alternatives=[Hypothesis(text=h.text, score=h.score) for h in rest])
 
 
+def resolve(state: ServiceState, kind: str, req: TextRequest) -> ModelInfo:
+    """The model of a request; source "auto" (LibreTranslate's) leaves the choice to the target alone."""
+    if req.source != "auto":
+        return state.registry.resolve(kind, req.model, req.source, req.target)
+    try:
+        return state.registry.resolve(kind, req.model, None, req.target)
+    except InvalidRequest:
+        fits = sorted(f"{m.id} ({m.meta.source_lang or '?'} -> {m.meta.target_lang or '?'})"
+                      for m in state.registry.models.values() if m.task == kind
+                      and (req.target is None or m.meta.target_lang == req.target))
+        raise BadRequest(f"source 'auto': no language detection here, and several {kind} models fit: "
+                         f"{', '.join(fits)}; name the source language or the model", details={"models": fits}) \
+            from None
+
+
+def libre_options(req: TextRequest) -> TextRequest:
+    """LibreTranslate's `alternatives` as n-best: 1 + alternatives hypotheses, with as many beams at least."""
+    if not req.alternatives:
+        return req
+    n_best = max(req.n_best, 1 + req.alternatives)
+    return req.model_copy(update={"n_best": n_best, "beam_size": max(req.beam_size, n_best)})
+
+
 async def texts_task(state: ServiceState, req: TextRequest, kind: str,
                      owner: str | None) -> tuple[ModelInfo, list[OutputText]]:
+    """Decode the request's texts (for format html, the text between its tags) and return one output per text."""
     s = state.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", s.max_texts, s)
-    info = state.registry.resolve(kind, req.model, req.source, req.target)
-    task = Task(info.id, texts, options_of(req, s), truncate=req.truncate, owner=owner,
-                deadline=time.time() + s.request_timeout_s)
-    await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
-    result = await run(state, task)
-    return info, [output_text(o) for o in result.outputs]
+    info = resolve(state, kind, req)
+    req = libre_options(req)
+    documents = [html_parts(t) for t in texts] if req.format == "html" else None
+    pieces = texts if documents is None else [p.strip() for d in documents for p, is_text in d if is_text]
+    outputs: list[OutputText] = []
+    if pieces:
+        task = Task(info.id, pieces, options_of(req, s), truncate=req.truncate, owner=owner,
+                    deadline=time.time() + s.request_timeout_s)
+        await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+        outputs = [output_text(o) for o in (await run(state, task)).outputs]
+    return info, outputs if documents is None else html_outputs(documents, outputs)
 
 
-@router.post("/translate", response_model=TranslateResponse, tags=["text"])
+def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[OutputText]) -> list[OutputText]:
+    """One output per HTML document from the outputs of its text pieces: the markup kept, each piece replaced by
+    its best translation (alternatives: by its next ones, the best where it has fewer)."""
+    out, it = [], iter(outputs)
+    for parts in documents:
+        mine = [next(it) for _, is_text in parts if is_text]
+        n = max((len(o.alternatives) for o in mine), default=0)
+        alternatives = [html_join(parts, [o.alternatives[k].text if k < len(o.alternatives) else o.text
+                                          for o in mine]) for k in range(n)]
+        out.append(OutputText(text=html_join(parts, [o.text for o in mine]), score=sum(o.score for o in mine),
+                              tokens=[t for o in mine for t in o.tokens],
+                              alternatives=[Hypothesis(text=a, score=0.0) for a in alternatives]))
+    return out
+
+
+@router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, tags=["text"])
 async def translate(req: TextRequest, state: ReadyState, owner: Owner) -> TranslateResponse:
-    """Translate one text or a list; choose the model by `model`, or by `source` and `target`."""
+    """Translate one text or a list; choose the model by `model`, or by `source` and `target`. LibreTranslate's
+    clients work unchanged: form bodies, `api_key`, `format: html`, `alternatives` and `source: "auto"`."""
     info, outputs = await texts_task(state, req, "translation", owner)
-    best: str | list[str] = outputs[0].text if isinstance(req.q, str) else [o.text for o in outputs]
-    return TranslateResponse(model=info.id, translatedText=best, translations=outputs)
+    one = isinstance(req.q, str)
+    best: str | list[str] = outputs[0].text if one else [o.text for o in outputs]
+    alternatives: list[str] | list[list[str]] | None = None
+    if req.alternatives:
+        each = [[h.text for h in o.alternatives][: req.alternatives] for o in outputs]
+        alternatives = each[0] if one else each
+    return TranslateResponse(model=info.id, translatedText=best, alternatives=alternatives, translations=outputs)
+
+
+@router.get("/languages", response_model=list[Language], tags=["text"])
+async def languages(state: ReadyState) -> list[Language]:
+    """The source languages of the translation models and each one's targets (LibreTranslate's GET /languages)."""
+    targets: dict[str, set[str]] = {}
+    for m in state.registry.models.values():
+        if m.task == "translation" and m.meta.source_lang and m.meta.target_lang:
+            targets.setdefault(m.meta.source_lang, set()).add(m.meta.target_lang)
+    return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
+
+
+@router.post("/detect", status_code=501, tags=["text"])
+async def detect() -> None:
+    """LibreTranslate's language detection: not offered here (501)."""
+    raise NotImplementedHere("language detection is not available on this service: name the source language, or "
+                             "send source 'auto' to /translate, which picks the model by its target")
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])

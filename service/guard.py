@@ -1,6 +1,8 @@
 """The ASGI layer every request passes first, in this order: security headers on every answer, the Host
-check, the API key (before a byte of the body is read), the body limit for any transfer encoding, a bound
-on the JSON values a body may hold; and request metrics. Plain ASGI: no task or stream per request."""
+check, the API key (before a byte of the body is read, unless the key comes in the body as LibreTranslate's
+clients send it), the body limit for any transfer encoding, a bound on the JSON values a body may hold, form
+bodies turned into JSON (LibreTranslate's clients); and request metrics. Plain ASGI: no task or stream per
+request."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.access import bearer_token
 from service.errors import BadRequest, PayloadTooLarge, ServiceError, error_response
 from service.jsonscan import too_many_values
+from service.libre import FORM, body_api_key, content_type, form_to_json
 from service.state import ServiceState
 
 CSP = b"default-src 'self'; frame-ancestors 'none'"
@@ -22,7 +26,11 @@ DOCS_CSP = (b"default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
            (b"x-frame-options", b"DENY")]
 PROBES = ("/healthz", "/readyz")
+FORM_PATHS = frozenset({"/translate", "/summarize", "/detect", "/languages"})  # LibreTranslate's clients post forms
 SCAN_FROM_BYTES = 64 * 1024  # smaller bodies parse in a few milliseconds whatever they hold
+# Without an Authorization header, a body announced (Content-Length) at most this large is read for an api_key
+# field (LibreTranslate's clients); larger or chunked bodies are refused unread, as before.
+BODY_KEY_BYTES = 64 * 1024
 
 
 class Guard:
@@ -55,9 +63,18 @@ class Guard:
         try:
             self.check_host(scope)
             client = scope.get("client")
-            owner = await self.state.access.check(scope["path"], scope["headers"], client[0] if client else "")
+            path, headers, access = scope["path"], scope["headers"], self.state.access
+            body, key = None, ""
+            if scope["method"] == "POST" and access.needs_key(path) and not bearer_token(headers) \
+                    and announced_length(headers) <= BODY_KEY_BYTES:
+                body = await self.read_body(scope, receive)  # the key may be its api_key field
+                key = body_api_key(body, content_type(headers))
+            owner = await access.check(path, headers, client[0] if client else "", key)
             scope.setdefault("state", {})["owner"] = owner
-            body = await self.read_body(scope, receive)
+            if body is None:
+                body = await self.read_body(scope, receive)
+            if content_type(headers) == FORM and path in FORM_PATHS:
+                body = as_json(scope, body)
         except ServiceError as e:
             response = error_response(e)
             if e.status == 413 or e.status == 401 or e.status == 429:
@@ -99,6 +116,23 @@ class Guard:
         if len(body) > SCAN_FROM_BYTES and await asyncio.to_thread(too_many_values, body, values):
             raise PayloadTooLarge(f"the request body holds more than {values} JSON values")
         return body
+
+
+def announced_length(headers: list[tuple[bytes, bytes]]) -> float:
+    """The Content-Length a request announced; infinity when none (chunked) or not a number."""
+    length = next((v for k, v in headers if k == b"content-length"), b"")
+    return int(length) if length.isdigit() else float("inf")
+
+
+def as_json(scope: Scope, body: bytes) -> bytes:
+    """A form body as JSON, the scope's Content-Type changed to match (LibreTranslate's clients post forms)."""
+    try:
+        converted = form_to_json(body)
+    except UnicodeDecodeError:
+        raise BadRequest("the form body is not UTF-8") from None
+    scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in (b"content-type", b"content-length")] + [
+        (b"content-type", b"application/json"), (b"content-length", str(len(converted)).encode())]
+    return converted
 
 
 def host_name(host: str) -> str:

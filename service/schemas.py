@@ -17,6 +17,7 @@ MOST_TEXTS = 1000
 MOST_JOB_TEXTS = 100_000
 MOST_CHARS = 100_000
 NAME_CHARS = 200  # model ids and language codes
+MOST_ALTERNATIVES = 16
 
 
 # Strings are refused when they hold a lone surrogate ("\\ud800" in JSON): pydantic's own str check.
@@ -63,8 +64,16 @@ class DecodeOptions(Strict):
 class TextRequest(DecodeOptions):
     q: TextOrTexts = Field(..., description="one text or a list of texts")
     model: Name | None = Field(None, description="model id (GET /models); else chosen by source and target")
-    source: Name | None = Field(None, description="source language code, e.g. 'en'")
+    source: Name | None = Field(None, description="source language code, e.g. 'en'; 'auto' (LibreTranslate): the "
+                                                  "one model for the target, a 400 listing them when several fit")
     target: Name | None = Field(None, description="target language code, e.g. 'de'")
+    # LibreTranslate's fields (its clients send them), beside ours:
+    format: Literal["text", "html"] = Field("text", description="html: the text between tags is translated and "
+                                                                "the markup kept")
+    alternatives: int = Field(0, ge=0, le=MOST_ALTERNATIVES, description=(
+        "LibreTranslate's: this many more translations per text, answered as `alternatives` (n_best 1 + this)"))
+    api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(None, description=(
+        "LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours"))
 
 
 class Hypothesis(BaseModel):
@@ -80,7 +89,17 @@ class OutputText(Hypothesis):
 class TranslateResponse(BaseModel):
     model: str
     translatedText: str | list[str] = Field(description="the best translation(s), shaped like q (LibreTranslate)")
+    alternatives: list[str] | list[list[str]] | None = Field(None, description=(
+        "only when `alternatives` was asked for: the next translations of each text, shaped like q (LibreTranslate)"))
     translations: list[OutputText]
+
+
+class Language(BaseModel):
+    """A source language, as LibreTranslate's GET /languages gives it."""
+
+    code: str
+    name: str
+    targets: list[str]
 
 
 class SummarizeResponse(BaseModel):

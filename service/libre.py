@@ -1,0 +1,78 @@
+"""LibreTranslate's API beside ours (its published request and answer shapes), so that its clients work unchanged:
+form-encoded bodies, `api_key` in the body, `format: html`, `alternatives`, `source: "auto"`, GET /languages and
+POST /detect (501: no language detection here)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterable
+from urllib.parse import parse_qsl
+
+FORM = b"application/x-www-form-urlencoded"
+LIST_FIELDS = ("q",)  # LibreTranslate's form bodies repeat q for a list of texts
+# Markup kept as it is; the text between is translated. Comments and whole <script>/<style> elements are markup.
+MARKUP = re.compile(r"(<!--.*?-->|<script\b.*?</script\s*>|<style\b.*?</style\s*>|<[^>]*>)", re.S | re.I)
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "fi": "Finnish",
+    "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian", "id": "Indonesian",
+    "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch",
+    "no": "Norwegian", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak",
+    "sl": "Slovenian", "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}
+
+
+def content_type(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    return next((v.split(b";")[0].strip().lower() for k, v in headers if k == b"content-type"), b"")
+
+
+def form_to_json(body: bytes) -> bytes:
+    """A form-encoded body as the JSON object our endpoints read: repeated `q` fields make a list."""
+    fields: dict[str, object] = {}
+    for name, value in parse_qsl(body.decode("utf-8", errors="strict"), keep_blank_values=True):
+        if name in LIST_FIELDS and name in fields:
+            previous = fields[name]
+            fields[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            fields[name] = value
+    return json.dumps(fields, ensure_ascii=False).encode()
+
+
+def body_api_key(body: bytes, kind: bytes) -> str:
+    """The `api_key` field of a JSON or form body (LibreTranslate's way to send a key), or ''."""
+    try:
+        if kind == FORM:
+            return next((v for k, v in parse_qsl(body.decode("utf-8")) if k == "api_key"), "")
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        return ""
+    key = data.get("api_key") if isinstance(data, dict) else None
+    return key if isinstance(key, str) else ""
+
+
+def html_parts(document: str) -> list[tuple[str, bool]]:
+    """The document cut into (piece, is_text): text pieces are unescaped and hold something to translate."""
+    parts: list[tuple[str, bool]] = []
+    for i, piece in enumerate(MARKUP.split(document)):
+        is_text = i % 2 == 0 and bool(piece.strip())
+        parts.append((html.unescape(piece) if is_text else piece, is_text))
+    return parts
+
+
+def html_join(parts: list[tuple[str, bool]], translations: Iterable[str]) -> str:
+    """The document again, each text piece replaced by its translation (escaped), its surrounding spaces kept."""
+    out, it = [], iter(translations)
+    for piece, is_text in parts:
+        if not is_text:
+            out.append(piece)
+            continue
+        lead, trail = piece[: len(piece) - len(piece.lstrip())], piece[len(piece.rstrip()):]
+        out.append(lead + html.escape(next(it), quote=False) + trail)
+    return "".join(out)
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code.split("-")[0].lower(), code)

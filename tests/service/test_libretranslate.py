@@ -1,0 +1,108 @@
+"""LibreTranslate's API beside ours: its own Python client (libretranslatepy) works unchanged against `transformer
+serve`, and the documented request shapes (form bodies, api_key, format html, alternatives, source auto, GET
+/languages, POST /detect) get LibreTranslate's answers, or a clear error where this service cannot honestly
+answer."""
+
+from __future__ import annotations
+
+import shutil
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from libretranslatepy import LibreTranslateAPI
+
+from model.translator import Translator
+from service.settings import ServiceSettings
+from tests.conftest import SPM_VOCAB, save_random_checkpoint
+from tests.service.conftest import Server
+
+KEY = "a-key-for-the-tests-0123"
+TEXT = "kalo mine ruza vo"
+SHORT = {"max_length": 6}
+
+
+@pytest.fixture
+def server(serve: Callable[..., Server]) -> Server:
+    return serve(api_keys=KEY)
+
+
+def translator(models_dir: Path) -> Translator:
+    return Translator.load(models_dir / "tiny-en-de", device="cpu")
+
+
+def test_libretranslates_own_client_works_unchanged(server: Server, models_dir: Path) -> None:
+    lt = LibreTranslateAPI(server.url, api_key=KEY)  # form bodies, the key as the api_key field
+    assert lt.translate(TEXT, "en", "de") == translator(models_dir).translate([TEXT])[0].text
+    assert lt.languages() == [{"code": "en", "name": "English", "targets": ["de"]}]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        lt.detect(TEXT)
+    assert e.value.code == 501 and "language detection is not available" in e.value.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        LibreTranslateAPI(server.url, api_key="wrong-key-0123456789").translate(TEXT, "en", "de")
+    assert e.value.code == 401
+
+
+def test_documented_request_shapes(server: Server, models_dir: Path) -> None:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    tr = translator(models_dir)
+    # JSON with api_key in the body, a list of texts, and alternatives.
+    r = httpx.post(f"{server.url}/translate", json={"q": [TEXT, "vo sa"], "source": "en", "target": "de",
+                                                     "format": "text", "alternatives": 2, "api_key": KEY, **SHORT})
+    assert r.status_code == 200, r.text
+    want = tr.translate([TEXT, "vo sa"], beam_size=4, n_best=3, max_len_a=0.0, max_len_b=6)
+    assert r.json()["translatedText"] == [t.text for t in want]
+    assert r.json()["alternatives"] == [[h.text for h in t.hypotheses[1:]] for t in want]
+    assert "alternatives" not in httpx.post(f"{server.url}/translate", json={"q": TEXT, **SHORT},
+                                            headers=auth).json()
+    # A form body repeating q for a list.
+    r = httpx.post(f"{server.url}/translate", content=f"q={TEXT}&q=vo+sa&source=en&target=de&max_length=6".encode(),
+                   headers={**auth, "Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == [t.text for t in tr.translate([TEXT, "vo sa"], max_len_a=0.0, max_len_b=6)]
+    # format html: the text between tags is translated, the markup kept as it was.
+    page = '<p class="x">kalo mine &amp; ruza</p>\n<!-- vo sa --><script>vo("sa")</script><b> vo </b>'
+    r = httpx.post(f"{server.url}/translate", json={"q": page, "source": "en", "target": "de", "format": "html",
+                                                     **SHORT}, headers=auth)
+    assert r.status_code == 200, r.text
+    one, two = (t.text for t in tr.translate(["kalo mine & ruza", "vo"], max_len_a=0.0, max_len_b=6))
+    escaped = one.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert r.json()["translatedText"] == \
+        f'<p class="x">{escaped}</p>\n<!-- vo sa --><script>vo("sa")</script><b> {two} </b>'
+    # The key is still needed, in the header or the body.
+    assert httpx.post(f"{server.url}/translate", json={"q": TEXT}).status_code == 401
+    assert httpx.post(f"{server.url}/translate", json={"q": TEXT, "api_key": "nope-nope-nope-nope"}).status_code == 401
+    # Past 64 KB, a body is not read for its api_key (a keyless request costs the server nothing): use the header.
+    big = {"q": ["vo"] * 40, "api_key": KEY, "padding": "x" * (64 << 10)}
+    assert httpx.post(f"{server.url}/translate", json=big).status_code == 401
+
+
+@pytest.fixture
+def two_sources(tmp_path: Path, models_dir: Path, spm_dir: Path) -> Path:
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "tiny-en-de")
+    save_random_checkpoint(tmp_path / "tiny-fr-de", spm_dir, SPM_VOCAB, seed=4, source_lang="fr", target_lang="de",
+                           max_len=64)
+    return tmp_path
+
+
+def test_source_auto_picks_the_one_model_for_the_target_or_lists_them(serve: Callable[..., Server],
+                                                                       two_sources: Path) -> None:
+    server = serve()
+    r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "de", **SHORT})
+    assert r.status_code == 200 and r.json()["model"] == "tiny-en-de"  # models_dir: one model into de
+    server = Server(ServiceSettings(models_dir=two_sources)).__enter__()
+    try:
+        server.wait_ready()
+        r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "de", **SHORT})
+        assert r.status_code == 400
+        assert r.json()["error"]["details"]["models"] == ["tiny-en-de (en -> de)", "tiny-fr-de (fr -> de)"]
+        assert "no language detection" in r.json()["error"]["message"]
+        r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "xx"})
+        assert r.status_code == 404
+        languages = httpx.get(f"{server.url}/languages").json()
+        assert languages == [{"code": "en", "name": "English", "targets": ["de"]},
+                             {"code": "fr", "name": "French", "targets": ["de"]}]
+    finally:
+        server.__exit__()
