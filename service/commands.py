@@ -78,7 +78,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_worker(args: argparse.Namespace) -> int:
     from service.redis_queue import RedisWorkSource
-    from service.registry import Registry
+    from service.state import wait_for_models
     from service.worker import Worker
     s = settings_from(args, models_dir="models_dir", redis_url="redis_url", name="worker_name")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -86,14 +86,13 @@ def run_worker(args: argparse.Namespace) -> int:
     if not s.redis_url:
         log.error("a worker needs REDIS_URL (or --redis-url); without it `transformer serve` decodes in-process")
         return 2
-    registry = Registry.scan(s.models_dir)
-    if not registry.models:
-        log.error("no models in %s", s.models_dir)
-        return 2
-    translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    registry = wait_for_models(s, stop)  # an empty volume is waited on, not a restart loop
+    if registry is None:
+        return 0
+    translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
     beat = min(5.0, s.claim_idle_ms / 3000)  # three heartbeats within the time after which tasks are reclaimed
     source = RedisWorkSource(s, beat_every_s=beat)
     source.start()

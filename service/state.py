@@ -21,6 +21,38 @@ from service.worker import Worker
 log = logging.getLogger("service")
 
 
+MODELS_POLL_S = 5.0  # how often an empty models directory is looked at again
+
+
+def no_models_reason(settings: ServiceSettings, registry: Registry) -> str:
+    where = settings.models_dir
+    if not where.is_dir():
+        return f"the models directory {where} does not exist (TRANSFORMER_MODELS_DIR, --models-dir)"
+    broken = f"; {len(registry.errors)} could not be read (GET /models says why)" if registry.errors else ""
+    return f"no models in {where}: put a checkpoint directory there (see the README's Models){broken}"
+
+
+def wait_for_models(settings: ServiceSettings, stop: threading.Event, state: ServiceState | None = None
+                    ) -> Registry | None:
+    """The registry once the models directory holds a model, looking again every MODELS_POLL_S, with a warning
+    (and the reason on /readyz, given state) while it holds none; None when stop is set first."""
+    warned = False
+    while True:
+        registry = Registry.scan(settings.models_dir)
+        if registry.models:
+            if warned:
+                log.info("models found in %s: %s", settings.models_dir, ", ".join(registry.ids))
+            return registry
+        reason = no_models_reason(settings, registry)
+        if state is not None:
+            state.registry, state.load_error = registry, reason
+        if not warned:
+            log.warning("%s; waiting for one (looking every %.0f s)", reason, MODELS_POLL_S)
+            warned = True
+        if stop.wait(MODELS_POLL_S):
+            return None
+
+
 class ServiceState:
     """Built by create_app; models load in a background thread so that /healthz answers at once."""
 
@@ -48,17 +80,20 @@ class ServiceState:
         self.threads.append(t)
 
     def _load(self) -> None:
-        """Read the registry; in embedded mode also load the weights and start the worker thread."""
+        """Read the registry (waiting for a first model when there is none); in embedded mode also load the
+        weights and start the worker thread."""
         s = self.settings
         try:
-            registry = Registry.scan(s.models_dir)
+            registry = wait_for_models(s, self.stop, self)
+            if registry is None:
+                return  # stopped while waiting
             if self.memory is not None:
                 translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
                 worker = Worker(self.memory, translators, s)
                 t = threading.Thread(target=worker.run, args=(self.stop,), name="worker", daemon=True)
                 t.start()
                 self.threads.append(t)
-            self.registry = registry
+            self.registry, self.load_error = registry, None
             self.ready.set()
         except Exception as e:  # reported by /readyz (without paths); the process stays up for inspection
             log.exception("loading models failed")

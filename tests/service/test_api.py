@@ -258,11 +258,30 @@ def test_broken_and_missing_models(tmp_path: Path, models_dir: Path) -> None:
         assert "broken" in models["errors"] and "not valid JSON" in models["errors"]["broken"]
     finally:
         c.__exit__(None, None, None)
-    empty = ready_client(tmp_path / "nothing-here")
-    try:
-        assert_error(empty.post("/translate", json={"q": "a"}), 404, "model_not_found", "available models: none")
-    finally:
-        empty.__exit__(None, None, None)
+
+def test_without_models_the_service_says_so_and_waits_for_them(tmp_path: Path, models_dir: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr("service.state.MODELS_POLL_S", 0.1)
+    where = tmp_path / "models"
+    with TestClient(create_app(ServiceSettings(models_dir=where))) as c:
+        deadline = time.monotonic() + 30
+        while "does not exist" not in c.get("/readyz").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = c.get("/readyz")
+        assert r.status_code == 503 and str(where) in r.json()["reason"]
+        assert_error(c.post("/translate", json={"q": "a"}), 503, "unavailable", "does not exist")
+        where.mkdir()
+        while "no models in" not in c.get("/readyz").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        shutil.copytree(models_dir / "tiny-en-de", where / "late")  # a model arrives: served without a restart
+        while c.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.post("/translate", json={"q": "a", **SHORT}).json()["model"] == "late"
+    assert "waiting for one" in caplog.text
 
 
 def test_metrics_and_openapi(client: TestClient) -> None:

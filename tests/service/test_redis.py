@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,3 +152,26 @@ def test_worker_needs_redis(models_dir: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "service.cli", "worker", "--models-dir", str(models_dir)],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "REDIS_URL" in out.stderr
+
+
+def test_a_worker_with_no_models_waits_for_them_instead_of_exiting(redis_server: RedisServer, tmp_path: Path,
+                                                                    models_dir: Path) -> None:
+    """An empty models volume must not make compose restart-loop the workers: they wait, then serve."""
+    where = tmp_path / "models"
+    w = Workers(where, redis_server.url, tmp_path)
+    try:
+        proc = w.start("patient")
+        log = tmp_path / "patient.log"
+        deadline = time.monotonic() + 60
+        while "waiting for one" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert "does not exist" in log.read_text()
+        shutil.copytree(models_dir / "tiny-en-de", where / "tiny-en-de")
+        while "serving tiny-en-de" not in log.read_text():  # found at its next look (every 5 s)
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        w.stop_all()
