@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Iterator
 from itertools import islice
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from model.config import DecodingConfig
+
+if TYPE_CHECKING:
+    from model.translator import Translation, Translator
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
@@ -45,6 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--scores", action="store_true", help="print each hypothesis' score before it")
     p.add_argument("--truncate", action="store_true", help="cut inputs longer than the model's limit")
+    p.add_argument("--skip-errors", action="store_true",
+                   help="write an empty line for an input the model cannot take (too long, invalid Unicode) "
+                        "and go on, instead of stopping there")
     add_decoding_options(p)
     p.set_defaults(run=run_translate)
 
@@ -70,15 +77,54 @@ def chunks(lines: TextIO, size: int) -> Iterator[list[str]]:
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    """Translate stdin to stdout line by line, in chunks. A line the model cannot take (too long, invalid
+    Unicode) is named by its number: the run stops there after writing every line before it, or, with
+    --skip-errors, writes an empty line for it and goes on."""
+    from model.errors import InputError
     from model.translator import Translator
 
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     cfg = decoding_config(args)
-    for lines in chunks(sys.stdin, max(args.batch_size * 8, 64)):
-        for t in tr.translate(lines, cfg, truncate=args.truncate, max_batch_size=args.batch_size):
-            fields = [f"{h.score:.4f}\t{h.text}" if args.scores else h.text for h in t.hypotheses]
-            print("\t".join(fields), flush=True)
+    # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
+    source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape") \
+        if hasattr(sys.stdin, "buffer") else sys.stdin
+    done = 0  # lines before this chunk
+    for lines in chunks(source, max(args.batch_size * 8, 64)):
+        problems = {i: problem for i, line in enumerate(lines)
+                    if (problem := line_problem(tr, line, done + i + 1, args.truncate)) is not None}
+        first = min(problems, default=None)
+        if first is not None and not args.skip_errors:
+            write(tr.translate(lines[:first], cfg, truncate=args.truncate, max_batch_size=args.batch_size), args)
+            raise InputError(f"{problems[first]}; pass --skip-errors to leave such lines empty and go on")
+        good = [line for i, line in enumerate(lines) if i not in problems]
+        results = iter(tr.translate(good, cfg, truncate=args.truncate, max_batch_size=args.batch_size))
+        for i in range(len(lines)):
+            if i in problems:
+                print(f"warning: {problems[i]}: its line is left empty", file=sys.stderr)
+                print("", flush=True)
+            else:
+                write([next(results)], args)
+        done += len(lines)
     return 0
+
+
+def line_problem(tr: Translator, line: str, number: int, truncate: bool) -> str | None:
+    """Why the model cannot take this input line, naming it by its number, or None."""
+    from model.errors import InputError, InputTooLongError
+
+    try:
+        tr.encode([line], truncate=truncate)
+    except InputTooLongError as e:
+        return f"line {number} has {e.length} tokens, more than the model's limit of {e.limit} (--truncate cuts it)"
+    except InputError as e:
+        return f"line {number}: {e}"
+    return None
+
+
+def write(translations: list[Translation], args: argparse.Namespace) -> None:
+    for t in translations:
+        fields = [f"{h.score:.4f}\t{h.text}" if args.scores else h.text for h in t.hypotheses]
+        print("\t".join(fields), flush=True)
 
 
 def run_import(args: argparse.Namespace) -> int:
