@@ -70,6 +70,21 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_device(device: str) -> None:
+    """ConfigError unless device is cpu, or cuda[:N] with that GPU present."""
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}") from None
+    if d.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+    if d.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise ConfigError(f"device {device}: CUDA is not available here ({why}); use cpu")
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {device}: there are {torch.cuda.device_count()} GPUs (cuda:0 ...)")
+
+
 class Translator:
     """Batched beam-search translation (or summarization) with one loaded checkpoint."""
 
@@ -93,6 +108,7 @@ class Translator:
                                   f"dtype int8 or auto, not {dtype}, or load the float checkpoint it came from")
             dtype = "int8"
         device = device or ("cpu" if dtype == "int8" else default_device())
+        check_device(device)
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         if dtype not in DTYPE_NAMES:

@@ -11,7 +11,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from service.settings import ServiceSettings
+from pydantic import ValidationError
+
+from service.settings import ServiceSettings, settings_error
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,8 +64,11 @@ def head_arg(value: str) -> int | None:
 def settings_from(args: argparse.Namespace, **names: str) -> ServiceSettings:
     """Environment settings with the command line's overrides (option name -> settings field)."""
     overrides: dict[str, Any] = {f: getattr(args, a) for a, f in names.items() if getattr(args, a) is not None}
-    base = ServiceSettings()
-    return ServiceSettings.model_validate({**base.model_dump(), **overrides}) if overrides else base
+    try:
+        base = ServiceSettings()
+        return ServiceSettings.model_validate({**base.model_dump(), **overrides}) if overrides else base
+    except ValidationError as e:
+        raise settings_error(e) from None
 
 
 def run_serve(args: argparse.Namespace) -> int:

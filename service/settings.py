@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from model.config import DTYPE_NAMES
@@ -104,3 +104,20 @@ class ServiceSettings(BaseSettings):
     @property
     def resolved_device(self) -> str | None:
         return None if self.device == "auto" else self.device
+
+
+class SettingsError(Exception):
+    """Settings that do not validate, each named by its environment variable."""
+
+
+def env_name(field: str) -> str:
+    return "REDIS_URL" if field == "redis_url" else f"TRANSFORMER_{field.upper()}"
+
+
+def settings_error(e: ValidationError) -> SettingsError:
+    """One line per invalid setting, naming its environment variable (the values are not echoed: keys)."""
+    lines = []
+    for err in e.errors(include_input=False):
+        where = env_name(str(err["loc"][0])) if err["loc"] else "the settings"
+        lines.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+    return SettingsError("; ".join(lines))

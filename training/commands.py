@@ -72,11 +72,17 @@ def run_average(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from training.config import TrainConfigError
     from training.data import read_jsonl
     from training.evaluate import evaluate_checkpoint
     from training.extras import require_train_extra
 
     require_train_extra("evaluate", ("sacrebleu", "rouge_score"))
-    scores = evaluate_checkpoint(args.model, list(read_jsonl(args.data)), args.beam_size, args.device)
+    if not Path(args.data).is_file():
+        raise TrainConfigError(f"{args.data}: no such file")
+    pairs = list(read_jsonl(args.data))
+    if not pairs:
+        raise TrainConfigError(f"{args.data}: holds no pairs to evaluate")
+    scores = evaluate_checkpoint(args.model, pairs, args.beam_size, args.device)
     print(json.dumps(scores, indent=1))
     return 0

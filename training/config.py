@@ -156,7 +156,12 @@ def apply_override(values: dict[str, Any], override: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise TrainConfigError(f"override {override!r}: {part} is not a section")
-    node[leaf] = yaml.safe_load(raw)
+    try:
+        node[leaf] = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise TrainConfigError(f"override {override!r}: its value is not valid YAML ({problem}); quote it, e.g. "
+                               f"{key}='\"...\"'") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from model.tokenizer import Tokenizer, TokenizerConfig
 from training.batching import EncodedCorpus
 from training.clean import CleanStats, clean, split
-from training.config import DataConfig, TrainConfig
+from training.config import DataConfig, TrainConfig, TrainConfigError
 from training.corpora import docstring_pairs, gettext_pairs
 from training.data import Pair, read_jsonl, read_parallel, read_tsv, write_jsonl
 
@@ -61,7 +61,8 @@ def build_corpus(cfg: TrainConfig, data_dir: Path, progress: bool = True) -> Non
             write_jsonl(getattr(splits, name), f)
     counts = {name: len(getattr(splits, name)) for name in SPLITS}
     if counts["train"] == 0:
-        raise ValueError(f"the corpus has no training pairs left after cleaning ({stats.as_dict()})")
+        raise TrainConfigError(f"the corpus has no training pairs left after cleaning ({stats.as_dict()}): check "
+                               "data.paths and the clean section's limits")
     (data_dir / "stats.json").write_text(json.dumps({"clean": stats.as_dict(), "splits": counts}, indent=1))
     if progress:
         print(f"corpus: {counts} after cleaning {stats.as_dict()}", flush=True)

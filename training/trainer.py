@@ -29,7 +29,7 @@ from training.checkpoints import (
     load_training_checkpoint,
     save_training_checkpoint,
 )
-from training.config import TrainConfig
+from training.config import TrainConfig, TrainConfigError
 from training.evaluate import Scores, corpus_loss, evaluate, evaluate_checkpoint
 from training.optim import label_smoothed_loss, make_optimizer, noam_rate, set_rate
 from training.plot import plot_curves
@@ -148,7 +148,8 @@ class Trainer:
             epoch = token_batches(self.data.train, self.cfg.batch_tokens, self.cfg.seed, self.state.epoch)
             steps = len(epoch) // per_step
             if steps == 0:
-                raise ValueError("the training set is smaller than one step's batches; lower batch_tokens")
+                raise TrainConfigError(f"the training set ({len(self.data.train)} pairs) is smaller than one step's "
+                                       f"batches: lower batch_tokens ({self.cfg.batch_tokens}) or accumulate")
             while self.state.batch_in_epoch < steps:
                 start = self.state.batch_in_epoch * per_step + self.cluster.rank * self.cfg.accumulate
                 self.state.batch_in_epoch += 1  # counted before the step, so a checkpoint after it skips it
