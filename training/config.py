@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -94,6 +96,15 @@ class TrainConfig:
                 raise TrainConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.eps_ls < 1:
             raise TrainConfigError(f"eps_ls must be in [0, 1), got {self.eps_ls}")
+        for name in ("max_minutes", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise TrainConfigError(f"{name} must not be negative (0: no limit), got {getattr(self, name)}")
+        if self.lr_scale <= 0 or self.adam_eps <= 0 or self.eval_max_sentences < 1:
+            raise TrainConfigError("lr_scale and adam_eps must be positive, eval_max_sentences at least 1")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise TrainConfigError(f"betas must both be in [0, 1), got {list(self.betas)}")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise TrainConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         unknown = set(self.model) - {f.name for f in dataclasses.fields(ModelConfig)}
         if unknown:
             raise TrainConfigError(f"unknown model options: {sorted(unknown)}")
@@ -119,17 +130,72 @@ class TrainConfig:
 SECTIONS: dict[str, type] = {"data": DataConfig, "clean": CleanConfig, "split": SplitConfig, "vocab": VocabConfig}
 
 
+def _number(value: Any, key: str, integer: bool) -> int | float:
+    """An int or float from YAML's int, float or a numeric string (YAML reads 1e4 as a string)."""
+    if isinstance(value, bool):
+        raise TrainConfigError(f"{key}: expected a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}") \
+                from None
+    if not isinstance(value, int | float) or value != value:  # NaN
+        raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise TrainConfigError(f"{key}: expected an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def coerce(value: Any, hint: Any, key: str) -> Any:
+    """value as the field's type (hint): numbers coerced, the rest checked; TrainConfigError naming key."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):  # X | None
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return coerce(value, inner, key)
+    if origin is Literal:
+        if value not in args:
+            raise TrainConfigError(f"{key} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise TrainConfigError(f"{key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise TrainConfigError(f"{key}: expected a list of {len(args)}, got {value!r}")
+        return tuple(coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TrainConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint in (int, float):
+        return _number(value, key, integer=hint is int)
+    if hint is str:
+        if not isinstance(value, str):
+            raise TrainConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    return value  # dicts (model options) are checked by the model's own config
+
+
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(names))
     if unknown:
         raise TrainConfigError(f"unknown keys in {where.rstrip('.') or 'the config'}: {unknown}; "
                                f"known: {sorted(names)}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    hints = get_type_hints(cls)
+    built = SECTIONS if cls is TrainConfig else {}  # sections arrive as their dataclasses already
+    kwargs = {k: v if k in built else coerce(v, hints[k], f"{where}{k}") for k, v in values.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise TrainConfigError(f"{where or 'config '}{e}") from e
+        message = str(e)  # a section's own check names its keys already ("data.paths must ...")
+        raise TrainConfigError(message if message.startswith(where) and where else f"{where}{message}") from e
 
 
 def from_dict(values: dict[str, Any]) -> TrainConfig:

@@ -273,8 +273,20 @@ class Trainer:
         self._barrier()
 
 
+def refuse_stale_run(cfg: TrainConfig) -> None:
+    """TrainConfigError when run_dir holds checkpoints of a run on other data: resuming would load weights made
+    for another corpus and vocabulary (the shapes may even match), and the new corpus would replace the old."""
+    run_dir = Path(cfg.run_dir)
+    key = run_dir / "data" / "key"
+    if list_checkpoints(run_dir) and key.is_file() and key.read_text() != cfg.data_key():
+        raise TrainConfigError(f"{run_dir} holds checkpoints trained on other data (the data, clean, split or vocab "
+                               "settings changed): pass --no-resume to start afresh there, or choose another run_dir")
+
+
 def train(cfg: TrainConfig, resume: bool = True) -> Path:
     """Train (resuming from run_dir's newest checkpoint unless resume is False); returns run_dir."""
+    if resume:
+        refuse_stale_run(cfg)
     trainer = Trainer(cfg)
     try:
         return trainer.run(resume)

@@ -56,3 +56,28 @@ def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
     path.write_text("data: [unclosed\n")
     with pytest.raises(TrainConfigError, match="broken.yaml: not valid YAML"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("max_minutes=abc", "max_minutes: expected a number, got 'abc'"),
+    ("max_minutes=-5", "max_minutes must not be negative"),
+    ("dtype=float16", "dtype must be one of auto, float32, bfloat16, got 'float16'"),
+    ("task=translate", "task must be one of translation, summarization, got 'translate'"),
+    ("device=gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    ("betas=0.9", "betas: expected a list, got 0.9"),
+    ("batch_tokens=abc", "batch_tokens: expected an integer, got 'abc'"),
+    ("batch_tokens=2.5", "batch_tokens: expected an integer, got 2.5"),
+    ("vocab.size=big", "vocab.size: expected an integer, got 'big'"),
+    ("data.paths=[a.en]", "data.paths must name two files"),
+])
+def test_values_are_checked_when_loaded_naming_the_dotted_key(override: str, message: str) -> None:
+    overrides = ["data.corpus=parallel", "data.paths=[a.en, a.de]"] if override.startswith("data.") else []
+    with pytest.raises(TrainConfigError) as e:
+        load_config(None, [*overrides[:1], override] if overrides else [override])
+    assert message in str(e.value) and "data.data" not in str(e.value) and "not supported" not in str(e.value)
+
+
+def test_numbers_are_coerced_where_yaml_leaves_strings() -> None:
+    cfg = load_config(None, ["batch_tokens=1e4", "max_minutes=5", "betas=[0.9, 0.997]", "device=cuda:1"])
+    assert cfg.batch_tokens == 10_000 and isinstance(cfg.batch_tokens, int)
+    assert cfg.max_minutes == 5.0 and cfg.betas == (0.9, 0.997) and cfg.device == "cuda:1"

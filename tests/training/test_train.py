@@ -21,7 +21,7 @@ from model import Translator
 from model.checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from service.cli import main
-from training.config import from_dict
+from training.config import TrainConfigError, from_dict
 from training.trainer import METRICS_FILE, train
 
 ROOT = Path(__file__).parents[2]
@@ -141,3 +141,14 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path,
     for name in mean:
         torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
     assert Translator.load(tmp_path / "averaged", device="cpu").translate(["1 2 3"])[0].text is not None
+
+
+def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, corpus: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    short = {"max_steps": 4, "save_every": 2, "log_every": 2}
+    train(from_dict(settings(tmp_path / "run", corpus, **short)))
+    changed = settings(tmp_path / "run", corpus, **short, clean={"max_words": 6})
+    with pytest.raises(TrainConfigError, match="trained on other data.*--no-resume"):
+        train(from_dict(changed))
+    assert (tmp_path / "run" / "data" / "key").read_text() == from_dict(settings(tmp_path / "run", corpus)).data_key()
+    train(from_dict(changed), resume=False)  # starting afresh there is allowed
