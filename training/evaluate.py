@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from model.transformer import Transformer
 from model.translator import Translator
@@ -15,6 +16,8 @@ from training.batching import EncodedCorpus, collate, token_batches
 from training.data import Pair
 from training.optim import label_smoothed_loss
 from training.prepare import encode
+
+EVAL_CHUNK = 64  # sentences decoded between two updates of an evaluation's progress bar
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,16 @@ def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[dict[st
 
 
 def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], loss: float,
-             beam_size: int = 4, task: str = "translation") -> tuple[Scores, list[str]]:
-    """Decode the sources with beam search and score them against the references."""
+             beam_size: int = 4, task: str = "translation", progress: str | None = None) -> tuple[Scores, list[str]]:
+    """Decode the sources with beam search and score them against the references; progress: a bar's label."""
     was_training = translator.model.training
     translator.model.eval()
-    hyps = [t.text for t in translator.translate(list(sources), beam_size=beam_size, truncate=True)]
+    hyps: list[str] = []
+    with tqdm(total=len(sources), desc=progress, unit=" sentences", disable=progress is None, leave=False) as bar:
+        for start in range(0, len(sources), EVAL_CHUNK):
+            chunk = list(sources[start:start + EVAL_CHUNK])
+            hyps += [t.text for t in translator.translate(chunk, beam_size=beam_size, truncate=True)]
+            bar.update(len(chunk))
     translator.model.train(was_training)
     if task == "summarization":
         metrics, signature = rouge(hyps, references)
@@ -95,12 +103,12 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 
 def evaluate_checkpoint(path: str | Path, pairs: Sequence[Pair], beam_size: int = 4, device: str | None = None,
-                        batch_tokens: int = 4096) -> dict[str, float | str]:
+                        batch_tokens: int = 4096, progress: str | None = None) -> dict[str, float | str]:
     """Scores of a saved checkpoint on held-out pairs: loss, perplexity, and BLEU/chrF or ROUGE."""
     translator = Translator.load(path, device=device)
     tok, special = translator.tokenizer, translator.tokenizer.special
     corpus = encode(tok, list(pairs), translator.model.cfg.max_len, "encoding", progress=False)
     loss = corpus_loss(translator.model, corpus, special.pad, special.decoder_start, batch_tokens)
     scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss, beam_size,
-                         translator.meta.task)
+                         translator.meta.task, progress)
     return {"sentences": len(pairs), **scores.as_dict()}

@@ -194,7 +194,8 @@ class Trainer:
             self.resume()
         self.net.train()
         cfg, state = self.cfg, self.state
-        bar = tqdm(total=cfg.max_steps, initial=state.step, disable=not self.progress, unit="step",
+        bar = tqdm(total=projected_steps(cfg, state.step, state.elapsed), initial=state.step,
+                   disable=not self.progress, unit="step",
                    dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30.0)
         window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": 0.0}
         batches = self.batches()
@@ -208,6 +209,8 @@ class Trainer:
             for k, v in (("loss", loss), ("nll", nll), ("tokens", tokens), ("time", spent)):
                 window[k] += v
             bar.update(1)
+            if cfg.max_minutes and state.step % 10 == 0:  # the bar ends where the first budget does
+                bar.total = projected_steps(cfg, state.step, state.elapsed)
             out_of_time = bool(cfg.max_minutes) and state.elapsed >= 60 * cfg.max_minutes
             last = state.step == cfg.max_steps or out_of_time
             if state.step % cfg.log_every == 0 or last:
@@ -215,7 +218,10 @@ class Trainer:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}")
                 window = dict.fromkeys(window, 0.0)
             if state.step % cfg.eval_every == 0 or last:
-                self.evaluate_dev()
+                scores = self.evaluate_dev()
+                if scores is not None and self.progress:
+                    bar.write(f"step {state.step}: dev loss {scores.loss:.3f}, ppl {scores.ppl:.2f}, "
+                              f"{scores.main} {scores.score:.2f}")
             if state.step % cfg.save_every == 0 or last:
                 self.save()
             if out_of_time:
@@ -228,7 +234,8 @@ class Trainer:
     def test_best(self) -> dict[str, float | str]:
         """Score run_dir/best on the held-out test split into test_scores.json."""
         scores = evaluate_checkpoint(self.run_dir / "best", self.data.test_pairs, self.cfg.eval_beam_size,
-                                     str(self.cluster.device), self.cfg.batch_tokens)
+                                     str(self.cluster.device), self.cfg.batch_tokens,
+                                     "test" if self.progress else None)
         scores = {"checkpoint": "best", "step": self.state.best_step or 0, **scores}
         (self.run_dir / "test_scores.json").write_text(json.dumps(scores, indent=1) + "\n")
         if self.progress:
@@ -257,7 +264,7 @@ class Trainer:
             translator = Translator(self.model, self.data.tokenizer, self.meta)
             with self.autocast:
                 scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss,
-                                     self.cfg.eval_beam_size, self.cfg.task)
+                                     self.cfg.eval_beam_size, self.cfg.task, "dev" if self.progress else None)
             self.log.write({"step": self.state.step, **scores.as_dict()})
             if self.state.best_score is None or scores.score > self.state.best_score:
                 self.state.best_score, self.state.best_step = scores.score, self.state.step
@@ -271,6 +278,14 @@ class Trainer:
             save_training_checkpoint(self.run_dir, self.model, self.meta, self.data.tokenizer_dir,
                                      self.optimizer, self.state, self.cfg.keep_last)
         self._barrier()
+
+
+def projected_steps(cfg: TrainConfig, step: int, elapsed: float) -> int:
+    """Where training will stop: max_steps, or sooner where max_minutes ends first at the pace so far."""
+    if not cfg.max_minutes or elapsed <= 0:
+        return cfg.max_steps
+    by_time = step + int((60 * cfg.max_minutes - elapsed) * step / elapsed)
+    return max(step, min(cfg.max_steps, by_time))
 
 
 def refuse_stale_run(cfg: TrainConfig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -152,3 +153,18 @@ def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, co
         train(from_dict(changed))
     assert (tmp_path / "run" / "data" / "key").read_text() == from_dict(settings(tmp_path / "run", corpus)).data_key()
     train(from_dict(changed), resume=False)  # starting afresh there is allowed
+
+
+def test_progress_follows_the_budget_that_ends_first_and_prints_each_evaluation(
+        tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With max_minutes binding, the bar's total is the steps that fit in the time, not max_steps (100,000)."""
+    cfg = from_dict(settings(tmp_path / "run", corpus, max_steps=100_000, max_minutes=0.08, eval_every=20,
+                             save_every=100_000, progress=True))
+    train(cfg)
+    out, err = capsys.readouterr()
+    totals = [(int(a), int(b)) for a, b in re.findall(r"(\d+)/(\d+) \[", err)]
+    assert totals, err[-1000:]
+    done, total = totals[-1]
+    assert total < 100_000 and done <= total <= 1.5 * done + 20, totals[-3:]
+    assert re.search(r"step 20: dev loss \d+\.\d+, ppl \d+\.\d+, bleu \d+\.\d+", out), out[-1000:]
+    assert "test: " in out
