@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.logs import configure_logging
 from service.settings import ServiceSettings, settings_error
 
 
@@ -76,8 +77,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from service.app import create_app
     s = settings_from(args, models_dir="models_dir", host="host", port="port", redis_url="redis_url")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(s), host=s.host, port=s.port, log_level="info")
+    configure_logging(s.log_format)
+    uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None)
     return 0
 
 
@@ -86,7 +87,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from service.state import wait_for_models
     from service.worker import Worker
     s = settings_from(args, models_dir="models_dir", redis_url="redis_url", name="worker_name")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(s.log_format)
     log = logging.getLogger("service")
     if not s.redis_url:
         log.error("a worker needs REDIS_URL (or --redis-url); without it `transformer serve` decodes in-process")

@@ -4,7 +4,6 @@ the browser demo at http://127.0.0.1:8000."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -45,6 +44,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.logs import configure_logging
     from service.settings import ServiceSettings
     from training.config import load_config
     from training.extras import require_train_extra
@@ -59,7 +59,7 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         print(f"reusing the trained demo model in {run_dir / 'best'} (--retrain to train again)", file=sys.stderr)
     settings = ServiceSettings(models_dir=models_dir_for(run_dir), host=args.host, port=args.port, redis_url=None)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format, access=False)  # the page is the interface: no line per request
     print(f"open http://{args.host}:{args.port}/ in a browser (Ctrl-C stops)", file=sys.stderr)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None)
     return 0

@@ -15,6 +15,7 @@ from service.access import bearer_token
 from service.errors import BadRequest, PayloadTooLarge, ServiceError, error_response
 from service.jsonscan import too_many_values
 from service.libre import FORM, body_api_key, content_type, form_to_json
+from service.logs import REQUEST_ID, request_id
 from service.state import ServiceState
 
 CSP = b"default-src 'self'; frame-ancestors 'none'"
@@ -44,12 +45,16 @@ class Guard:
             return
         start, status = time.perf_counter(), 500
         csp = DOCS_CSP if scope["path"] in ("/docs", "/redoc") else CSP
+        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
+        rid = request_id(given)
+        REQUEST_ID.set(rid)  # this request's log lines carry it (the task's own context)
 
         async def send_guarded(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"content-security-policy", csp), *HEADERS]
+                message["headers"] = [*message.get("headers", []), (b"content-security-policy", csp), *HEADERS,
+                                      (b"x-request-id", rid.encode())]
             await send(message)
 
         try:

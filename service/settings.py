@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +51,7 @@ class ServiceSettings(BaseSettings):
     # FastAPI's own OpenTelemetry spans, metrics and logs; off by default: /metrics serves Prometheus, and
     # the check costs about a third of the API's CPU time per request even with no OpenTelemetry set up
     opentelemetry: bool = False
+    log_format: Literal["text", "json"] = "text"  # json: one object a line, for log collectors
     # access
     api_keys: SecretStr = SecretStr("")  # "" = open; else comma-separated KEY or KEY:REQUESTS_PER_MINUTE
     rate_limit: int = Field(default=60, ge=0)  # requests per minute for a key without its own (0 = unlimited)
