@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path, Query, Response
 
 from model.config import DecodingConfig
 from model.errors import ConfigError
+from service import examples
 from service.batcher import with_fields
 from service.costs import attention_cells, check_cells, check_cost, check_selection, decode_cost
 from service.errors import (
@@ -22,6 +23,7 @@ from service.errors import (
     TaskFailed,
     shown,
 )
+from service.examples import json_example
 from service.libre import html_join, html_parts, language_name
 from service.registry import ModelInfo
 from service.schemas import (
@@ -182,7 +184,8 @@ async def languages(state: ReadyState) -> list[Language]:
     return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
 
 
-@router.post("/detect", status_code=501, tags=["text"])
+@router.post("/detect", status_code=501, tags=["text"],
+             responses={501: {**json_example(examples.DETECT_ERROR, "Not implemented"), "model": ErrorResponse}})
 async def detect() -> None:
     """LibreTranslate's language detection: not offered here (501)."""
     raise NotImplementedHere("language detection is not available on this service: name the source language, or "

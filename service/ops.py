@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from service import examples
 from service.errors import ServiceError, Unavailable
+from service.examples import json_example
 from service.metrics import render_queue
 from service.schemas import ModelEntry, ModelsResponse
 from service.state import Owner, ReadyState, State
@@ -13,13 +15,15 @@ from service.state import Owner, ReadyState, State
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses={200: json_example(examples.HEALTHZ)})
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={200: json_example(examples.READYZ),
+                                   503: json_example({"status": "not ready", "reason": "the models are still loading",
+                                                      "models": [], "queue": "embedded"}, "Not ready")})
 async def readyz(state: State) -> JSONResponse:
     """200 once the models are loaded and the queue answers; 503 before, or while Redis is down."""
     body: dict[str, object] = {"models": state.registry.ids, "queue": "redis" if state.settings.redis_url
@@ -33,7 +37,8 @@ async def readyz(state: State) -> JSONResponse:
     return JSONResponse({"status": "ready", **body})
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"description": "OK", "content": {"text/plain": {"example": examples.METRICS}}}})
 async def metrics(state: State) -> PlainTextResponse:
     """Prometheus text format: queue depth, batch sizes, latency, tokens/s."""
     try:

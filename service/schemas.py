@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from model.config import DecodingConfig
+from service import examples
 from service.tasks import TaskStatus
 
 DEFAULT = DecodingConfig()
@@ -62,6 +63,8 @@ class DecodeOptions(Strict):
 
 
 class TextRequest(DecodeOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [examples.TEXT_REQUEST]})
+
     q: TextOrTexts = Field(..., description="one text or a list of texts")
     model: Name | None = Field(None, description="model id (GET /models); else chosen by source and target")
     source: Name | None = Field(None, description="source language code, e.g. 'en'; 'auto' (LibreTranslate): the "
@@ -87,6 +90,8 @@ class OutputText(Hypothesis):
 
 
 class TranslateResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.TRANSLATE_RESPONSE]})
+
     model: str
     translatedText: str | list[str] = Field(description="the best translation(s), shaped like q (LibreTranslate)")
     alternatives: list[str] | list[list[str]] | None = Field(None, description=(
@@ -97,17 +102,23 @@ class TranslateResponse(BaseModel):
 class Language(BaseModel):
     """A source language, as LibreTranslate's GET /languages gives it."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.LANGUAGE]})
+
     code: str
     name: str
     targets: list[str]
 
 
 class SummarizeResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.SUMMARIZE_RESPONSE]})
+
     model: str
     summaries: list[OutputText]
 
 
 class JobRequest(DecodeOptions):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [examples.JOB_REQUEST]})
+
     texts: list[Text] = Field(..., min_length=1, max_length=MOST_JOB_TEXTS)
     model: Name | None = None
     source: Name | None = None
@@ -121,6 +132,8 @@ class JobProgress(BaseModel):
 
 
 class JobResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.JOB_RESPONSE]})
+
     id: str
     status: TaskStatus
     model: str
@@ -133,6 +146,8 @@ class JobResponse(BaseModel):
 
 class AttentionRequest(DecodeOptions):
     """One text, decoded with any options; the attention maps are those of one hypothesis of its n-best list."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [examples.ATTENTION_REQUEST]})
 
     q: Text = Field(..., description="one text")
     model: Name | None = None
@@ -156,6 +171,8 @@ class AttentionResponse(BaseModel):
     """Weights are [layer][head][query][key] of the layers and heads asked for, rounded to 3 decimals; cross
     has target queries over source keys. A kind not asked for is null. text, score and target_tokens are the
     hypothesis'; hypotheses is the whole n-best list, best first, as /translate gives it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.ATTENTION_RESPONSE]})
 
     model: str
     hypothesis: int = Field(description="the index in hypotheses of the one these maps belong to")
@@ -183,6 +200,8 @@ class ModelEntry(BaseModel):
 
 
 class ModelsResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.MODELS_RESPONSE]})
+
     models: list[ModelEntry]
     errors: dict[str, str] = Field(default_factory=dict, description="checkpoints that could not be read")
 

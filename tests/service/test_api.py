@@ -331,3 +331,29 @@ def test_an_int8_checkpoint_is_served_as_int8_beside_float_models(models_dir: Pa
 def test_dtype_int8_on_cuda_is_refused_at_start(models_dir: Path) -> None:
     with pytest.raises(ValueError, match="CPU only"):
         ServiceSettings(models_dir=models_dir, dtype="int8", device="cuda")
+
+
+def test_every_endpoint_has_an_example_in_the_openapi_document(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def has_example(content: dict[str, Any]) -> bool:
+        for media in content.values():
+            if "example" in media or "examples" in media:
+                return True
+            schema = media.get("schema", {})
+            schema = schema.get("items", schema)
+            ref = schema.get("$ref", "").rsplit("/", 1)[-1]
+            if "examples" in schemas.get(ref, schema):
+                return True
+        return False
+
+    missing = []
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            if "requestBody" in op and not has_example(op["requestBody"]["content"]):
+                missing.append(f"{method} {path} request")
+            code = next(c for c in ("200", "202", "501") if c in op["responses"])
+            if not has_example(op["responses"][code].get("content", {})):
+                missing.append(f"{method} {path} {code}")
+    assert missing == []
