@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -80,6 +82,26 @@ def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[dict[st
     return {k: 100 * v / n for k, v in totals.items()}, "rouge-score|F1|stemmer:yes"
 
 
+LEAD_WORDS = 12  # the lead-k-words baseline's k: about a summary line's length in the built-in corpora
+SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def lead_sentence(document: str) -> str:
+    """The document's first sentence: up to the first ., ! or ? followed by a space."""
+    return SENTENCE_END.split(document.strip(), maxsplit=1)[0]
+
+
+def lead_words(document: str, k: int = LEAD_WORDS) -> str:
+    return " ".join(document.split()[:k])
+
+
+def baselines(documents: Sequence[str], references: Sequence[str]) -> dict[str, dict[str, float]]:
+    """ROUGE of the summaries any user could make without a model, on the same documents: the first sentence
+    (lead-1) and the first LEAD_WORDS words. A summarizer worth using beats both."""
+    return {"lead-1": rouge([lead_sentence(d) for d in documents], references)[0],
+            f"lead-{LEAD_WORDS}-words": rouge([lead_words(d) for d in documents], references)[0]}
+
+
 def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], loss: float,
              beam_size: int = 4, task: str = "translation", progress: str | None = None) -> tuple[Scores, list[str]]:
     """Decode the sources with beam search and score them against the references; progress: a bar's label."""
@@ -103,12 +125,15 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 
 def evaluate_checkpoint(path: str | Path, pairs: Sequence[Pair], beam_size: int = 4, device: str | None = None,
-                        batch_tokens: int = 4096, progress: str | None = None) -> dict[str, float | str]:
+                        batch_tokens: int = 4096, progress: str | None = None) -> dict[str, Any]:
     """Scores of a saved checkpoint on held-out pairs: loss, perplexity, and BLEU/chrF or ROUGE."""
     translator = Translator.load(path, device=device)
     tok, special = translator.tokenizer, translator.tokenizer.special
     corpus = encode(tok, list(pairs), translator.model.cfg.max_len, "encoding", progress=False)
     loss = corpus_loss(translator.model, corpus, special.pad, special.decoder_start, batch_tokens)
-    scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss, beam_size,
-                         translator.meta.task, progress)
-    return {"sentences": len(pairs), **scores.as_dict()}
+    sources, targets = [p.source for p in pairs], [p.target for p in pairs]
+    scores, _ = evaluate(translator, sources, targets, loss, beam_size, translator.meta.task, progress)
+    out: dict[str, Any] = {"sentences": len(pairs), **scores.as_dict()}
+    if translator.meta.task == "summarization":
+        out["baselines"] = baselines(sources, targets)
+    return out
