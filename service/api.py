@@ -37,6 +37,7 @@ from service.schemas import (
     JobResponse,
     Language,
     OutputText,
+    SummarizeRequest,
     SummarizeResponse,
     TextRequest,
     TranslateResponse,
@@ -193,8 +194,9 @@ async def detect() -> None:
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
-async def summarize(req: TextRequest, state: ReadyState, owner: Owner) -> SummarizeResponse:
-    """Summarize one document or a list."""
+async def summarize(req: SummarizeRequest, state: ReadyState, owner: Owner) -> SummarizeResponse:
+    """Summarize one document or a list; `length` (short, medium, long, or [min, max] tokens) sets the summary's
+    length, and `truncate` cuts a document longer than the model takes."""
     info, outputs = await texts_task(state, req, "summarization", owner)
     return SummarizeResponse(model=info.id, summaries=outputs)
 

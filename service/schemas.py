@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from model.config import DecodingConfig
+from model.errors import ConfigError
 from service import examples
 from service.tasks import TaskStatus
 
@@ -77,6 +78,27 @@ class TextRequest(DecodeOptions):
         "LibreTranslate's: this many more translations per text, answered as `alternatives` (n_best 1 + this)"))
     api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(None, description=(
         "LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours"))
+
+
+# A summary's length hint (POST /summarize): (min_length, max_length) in output tokens.
+SUMMARY_LENGTHS = {"short": (3, 16), "medium": (8, 32), "long": (16, 64)}
+
+
+class SummarizeRequest(TextRequest):
+    length: Literal["short", "medium", "long"] | Annotated[list[Annotated[int, Field(ge=0, le=4096)]], Field(
+        min_length=2, max_length=2)] | None = Field(None, description=(
+            "the summary's length: short (3-16 tokens), medium (8-32), long (16-64), or [min, max] tokens; it "
+            "sets min_length and max_length, which are then not given"))
+
+    def decoding(self) -> DecodingConfig:
+        if self.length is None:
+            return super().decoding()
+        low, high = SUMMARY_LENGTHS[self.length] if isinstance(self.length, str) else self.length
+        if "min_length" in self.model_fields_set or "max_length" in self.model_fields_set:
+            raise ConfigError("give either length or min_length and max_length, not both")
+        if not 0 <= low <= high or high < 1:
+            raise ConfigError(f"length [{low}, {high}] must be a range of at least one token, min <= max")
+        return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding()
 
 
 class Hypothesis(BaseModel):

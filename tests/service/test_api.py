@@ -94,6 +94,19 @@ def test_summarize(client: TestClient, models_dir: Path) -> None:
     assert r.json()["model"] == "tiny-sum" and r.json()["summaries"][0]["text"] == want[0].text
 
 
+def test_summary_length_hints(client: TestClient, models_dir: Path) -> None:
+    doc = " ".join(make_sentences(3, seed=5))
+    tr = Translator.load(models_dir / "tiny-sum")
+    for length, (low, high) in (("short", (3, 16)), ([2, 5], (2, 5))):
+        r = client.post("/summarize", json={"q": doc, "length": length})
+        assert r.status_code == 200, r.text
+        want = tr.translate([doc], min_length=low, max_len_a=0.0, max_len_b=high)[0]
+        assert r.json()["summaries"][0]["text"] == want.text
+        assert low <= len(r.json()["summaries"][0]["tokens"]) <= high
+    for bad in ({"length": "tiny"}, {"length": [5, 2]}, {"length": "short", "max_length": 9}, {"length": [1]}):
+        assert client.post("/summarize", json={"q": doc, **bad}).status_code == 422, bad
+
+
 def test_attention_shapes_and_rows(client: TestClient) -> None:
     r = client.post("/attention", json={"q": "kalo mine ruza", **SHORT})
     assert r.status_code == 200, r.text
