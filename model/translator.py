@@ -108,13 +108,13 @@ class Translator:
                                   f"dtype int8 or auto, not {dtype}, or load the float checkpoint it came from")
             dtype = "int8"
         device = device or ("cpu" if dtype == "int8" else default_device())
-        check_device(device)
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         if dtype not in DTYPE_NAMES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
         if dtype == "int8":
-            check_int8(device)
+            check_int8(device)  # before the device's own check: its advice is the one that helps
+        check_device(device)
         if threads is not None:
             torch.set_num_threads(threads)
         if int8_file:

@@ -138,9 +138,13 @@ def expected(stack: Stack, texts: list[str]) -> list[str]:
 
 def job_results(stack: Stack, job_id: str, deadline_s: float) -> list[str]:
     """Poll a job until it is done (failing on any other end) and read all its results."""
-    end = time.monotonic() + deadline_s
+    end, job = time.monotonic() + deadline_s, {}
     while time.monotonic() < end:
-        job = httpx.get(f"{stack.url}/jobs/{job_id}", timeout=10).json()
+        r = httpx.get(f"{stack.url}/jobs/{job_id}", timeout=10)
+        if r.status_code == 503:  # the API answers 503 while its Redis restarts
+            time.sleep(0.3)
+            continue
+        job = r.json()
         if job["status"] == "done":
             return [r["text"] for r in job["results"]]
         assert job["status"] in ("queued", "running"), job

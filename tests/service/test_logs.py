@@ -35,7 +35,7 @@ def test_request_ids_and_json_log_lines(models_dir: Path, tmp_path: Path) -> Non
             time.sleep(0.2)
         mine = httpx.post(f"{url}/translate", json={"q": "kalo", "max_length": 4}, headers={"X-Request-Id": "r-42"})
         assert mine.status_code == 200 and mine.headers["x-request-id"] == "r-42"
-        made = httpx.get(f"{url}/healthz", headers={"X-Request-Id": "not an id;" * 20})  # spaces and semicolons, 200 chars
+        made = httpx.get(f"{url}/healthz", headers={"X-Request-Id": "not an id;" * 20})  # 200 chars, spaces
         assert len(made.headers["x-request-id"]) == 32  # a new one
         bad = httpx.post(f"{url}/translate", content=b"{", headers={"X-Request-Id": "r-43"})
         assert bad.status_code == 422 and bad.headers["x-request-id"] == "r-43"  # errors carry it too
