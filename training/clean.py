@@ -76,6 +76,8 @@ class SplitConfig:
     test: float = 0.01
     seed: int = 0
     holdout: tuple[str, ...] = field(default=())
+    by_origin: bool = False  # hash each pair's origin (its source item) rather than its text: near-copies from
+    # one item (a program's pages, a source package's binaries) stay on one side of the split
     max_dev: int = 500  # dev is decoded at every evaluation: keep it small
     max_test: int = 2000
 
@@ -99,7 +101,8 @@ def split(pairs: Iterable[Pair], cfg: SplitConfig) -> Splits:
         if p.origin in cfg.holdout:
             bucket = out.test
         else:
-            digest = hashlib.blake2b(f"{cfg.seed}\t{p.source}".encode(), digest_size=8).digest()
+            key = p.origin if cfg.by_origin else p.source
+            digest = hashlib.blake2b(f"{cfg.seed}\t{key}".encode(), digest_size=8).digest()
             u = int.from_bytes(digest, "big") / 2**64
             bucket = out.dev if u < cfg.dev else out.test if u < cfg.dev + cfg.test else out.train
         limit = cfg.max_dev if bucket is out.dev else cfg.max_test if bucket is out.test else None

@@ -18,8 +18,8 @@ from model.errors import ConfigError
 from training.clean import CleanConfig, SplitConfig
 from training.vocab import VocabConfig
 
-CorpusKind = Literal["gettext", "docstrings", "parallel", "tsv", "jsonl"]
-CORPORA = ("gettext", "docstrings", "parallel", "tsv", "jsonl")
+CorpusKind = Literal["gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl"]
+CORPORA = ("gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl")
 
 
 class TrainConfigError(ValueError):
@@ -28,13 +28,16 @@ class TrainConfigError(ValueError):
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the pairs come from. gettext: English -> lang catalogs; docstrings: description -> summary;
-    parallel: paths = [source file, target file]; tsv / jsonl: one or more files."""
+    """Where the pairs come from. gettext: English -> lang catalogs; docstrings, manpages (man_dir), dpkg
+    (dpkg_status): description -> summary, and summaries: all three (training.summaries); parallel: paths =
+    [source file, target file]; tsv / jsonl: one or more files."""
 
     corpus: CorpusKind = "gettext"
     lang: str = "de"
     locale_dir: str = "/usr/share/locale"
     packages: tuple[str, ...] = ("stdlib", "torch", "numpy", "sympy", "networkx")
+    man_dir: str = "/usr/share/man/man1"
+    dpkg_status: str = "/var/lib/dpkg/status"
     paths: tuple[str, ...] = ()
     source_field: str = "source"
     target_field: str = "target"

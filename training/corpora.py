@@ -4,9 +4,8 @@ Translation: every installed program's message catalog pairs an English msgid wi
 e.g. /usr/share/locale/de/LC_MESSAGES/*.mo; German alone gives tens of thousands of pairs.
 
 Summarization: docstrings of installed Python packages, the description paragraphs (the document)
-mapped to their one-line summary (the summary). We chose docstrings over the dpkg package database
-because the packages this project installs (torch, numpy, ...) are on every machine that runs it and
-give thousands of pairs, while a base system's dpkg database lists only a few hundred packages.
+mapped to their one-line summary (the summary); the packages this project installs (torch, numpy, ...) are
+on every machine that runs it. Manual pages and dpkg descriptions are in training.summaries.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from training.clean import CleanStats, clean, split
 from training.config import DataConfig, TrainConfig, TrainConfigError
 from training.corpora import docstring_pairs, gettext_pairs
 from training.data import Pair, read_jsonl, read_parallel, read_tsv, write_jsonl
+from training.summaries import dpkg_pairs, manpage_pairs
 
 SPLITS = ("train", "dev", "test")
 
@@ -26,6 +27,13 @@ def read_pairs(cfg: DataConfig) -> Iterator[Pair]:
         pairs: Iterable[Pair] = gettext_pairs(cfg.lang, cfg.locale_dir)
     elif cfg.corpus == "docstrings":
         pairs = docstring_pairs(cfg.packages)
+    elif cfg.corpus == "manpages":
+        pairs = manpage_pairs(cfg.man_dir)
+    elif cfg.corpus == "dpkg":
+        pairs = dpkg_pairs(cfg.dpkg_status)
+    elif cfg.corpus == "summaries":  # duplicates across the three go with clean.dedup
+        docstrings = (Pair(p.source, p.target, f"{p.origin}: {p.target}") for p in docstring_pairs(cfg.packages))
+        pairs = itertools.chain(manpage_pairs(cfg.man_dir), dpkg_pairs(cfg.dpkg_status), docstrings)
     elif cfg.corpus == "parallel":
         pairs = read_parallel(cfg.paths[0], cfg.paths[1])
     elif cfg.corpus == "tsv":
