@@ -104,6 +104,11 @@ def unique_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     return {n: t.detach().contiguous() for n, t in tensors.items()}
 
 
+def float_tensors(model: Transformer) -> dict[str, torch.Tensor]:
+    """unique_tensors on the CPU, floating ones as float32: what a checkpoint file holds."""
+    return {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside `path` that replaces it only once the caller is done writing."""
@@ -123,15 +128,14 @@ def save_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointM
     """Write a checkpoint; each file is replaced atomically. Tokenizer files are copied from tokenizer_dir."""
     if meta.weights != "float32":
         raise ValueError("save_checkpoint writes float32 weights; save_int8_checkpoint writes int8 ones")
-    tensors = {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
-    return write_checkpoint(directory, tensors, model, meta, tokenizer_dir)
+    return write_checkpoint(directory, float_tensors(model), model, meta, tokenizer_dir)
 
 
 def save_int8_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointMeta,
                          tokenizer_dir: str | Path | None = None) -> Path:
     """Write the float model as an int8 checkpoint: each weight of int8_names as int8 rows (under its own
     name) and their float32 scales (under the name + SCALE_SUFFIX); the rest as float32."""
-    tensors = {n: t.float().cpu() if t.is_floating_point() else t.cpu() for n, t in unique_tensors(model).items()}
+    tensors = float_tensors(model)
     for name, (q, scale) in int8_rows(model).items():
         tensors[name], tensors[name + SCALE_SUFFIX] = q.cpu(), scale.cpu()
     return write_checkpoint(directory, tensors, model, replace(meta, weights="int8"), tokenizer_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -11,6 +12,7 @@ from model.errors import ConfigError
 # The weight types a model loads in, by name, for Translator.load and the service's settings alike: "auto" is
 # float32 on the CPU and bfloat16 on CUDA; "int8" runs on the CPU only (model.quantize).
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "int8")
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")  # a device setting; model.translator checks that it exists
 
 T = TypeVar("T")
 

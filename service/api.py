@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query, Response
 from model.config import DecodingConfig
 from model.errors import ConfigError
 from service import examples
-from service.batcher import with_fields
+from service.batcher import attention_body
 from service.costs import attention_cells, check_cells, check_cost, check_selection, decode_cost
 from service.errors import (
     BadRequest,
@@ -223,12 +223,8 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> R
     check_cells(attention_cells(length, limit, selection, info.meta.model), s.max_attention_cells)
     out = (await run(state, task)).outputs[0]
     index = min(req.hypothesis, len(out.hypotheses) - 1)  # a search may end with fewer than n_best
-    chosen = out.hypotheses[index]
     assert out.attention is not None  # asked for, so the worker made it
-    hypotheses = [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in out.hypotheses]
-    body = with_fields({"model": info.id, "hypothesis": index, "text": chosen.text, "score": chosen.score,
-                        "hypotheses": hypotheses}, out.attention)
-    return Response(body, media_type="application/json")
+    return Response(attention_body(info.id, index, out.hypotheses, out.attention), media_type="application/json")
 
 
 def job_response(job: JobState, limit: int) -> JobResponse:

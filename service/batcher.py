@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from model.beam import Hypothesis
-from model.translator import AttentionMaps, Translator
+from model.translator import AttentionMaps, Result, Translator
 from service.tasks import AttentionSelection, Hyp, Output, Task
 
 
@@ -119,6 +119,14 @@ def with_fields(fields: dict[str, object], obj: str) -> str:
     """The JSON object text obj with fields added in front, without parsing obj."""
     head = json.dumps(fields, ensure_ascii=False)
     return head[:-1] + ("," + obj[1:] if obj != "{}" else "}")
+
+
+def attention_body(model: str, index: int, hypotheses: Sequence[Hyp | Result], maps: str) -> str:
+    """POST /attention's answer: the n-best list, the chosen hypothesis (index) and maps, its attention_json."""
+    chosen = hypotheses[index]
+    return with_fields({"model": model, "hypothesis": index, "text": chosen.text, "score": chosen.score,
+                        "hypotheses": [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in hypotheses]},
+                       maps)
 
 
 def output_of(translator: Translator, item: Item, nbest: list[Hypothesis]) -> Output:

@@ -113,7 +113,7 @@ def run_worker(args: argparse.Namespace) -> int:
 def run_attention(args: argparse.Namespace) -> int:
     from model.config import DecodingConfig
     from model.translator import Translator
-    from service.batcher import attention_json, with_fields
+    from service.batcher import attention_body, attention_json
     from service.heatmap import select, write_png
     from service.tasks import AttentionSelection
     from training.extras import require_train_extra
@@ -127,10 +127,8 @@ def run_attention(args: argparse.Namespace) -> int:
     print(best.text, flush=True)
     print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
     if args.json:
-        hypotheses = [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in best.hypotheses]
-        fields = {"model": Path(args.model).resolve().name, "hypothesis": 0, "text": best.text, "score": best.score,
-                  "hypotheses": hypotheses}  # POST /attention's shape
-        body = with_fields(fields, attention_json(best.attention, AttentionSelection()))
+        body = attention_body(Path(args.model).resolve().name, 0, best.hypotheses,
+                              attention_json(best.attention, AttentionSelection()))
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(body)

@@ -33,6 +33,10 @@ class ModelInfo:
     def max_len(self) -> int:
         return self.meta.model.max_len
 
+    def dtype(self, configured: str) -> str:
+        """The dtype it is served in: int8 for an int8 checkpoint (`transformer quantize`), else configured."""
+        return "int8" if self.meta.weights == "int8" else configured
+
     def source_length(self, text: str, field: str, truncate: bool) -> int:
         """Source tokens of text (EOS included); InvalidRequest when it is longer than the model takes."""
         try:
@@ -106,8 +110,7 @@ class Registry:
         quantize`) loads as int8 whatever dtype is configured."""
         out = {}
         for info in self.models.values():
-            as_dtype = "int8" if info.meta.weights == "int8" else dtype
-            translator = Translator.load(info.path, device=device, dtype=as_dtype, threads=threads)
+            translator = Translator.load(info.path, device=device, dtype=info.dtype(dtype), threads=threads)
             translator.translate(["Hello."], beam_size=2, max_len_b=4)
             out[info.id] = translator
             log.info("loaded %s (%s) on %s", info.id, info.task, translator.device)

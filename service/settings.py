@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from model.config import DTYPE_NAMES
+from model.config import DEVICE_NAME, DTYPE_NAMES
 
 MIN_KEY_LENGTH = 16
 
@@ -67,7 +67,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
-        if v != "auto" and not (v == "cpu" or v.startswith("cuda")):
+        if not DEVICE_NAME.fullmatch(v):
             raise ValueError(f"device must be auto, cpu or cuda[:N], got {v!r}")
         return v
 

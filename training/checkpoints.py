@@ -135,15 +135,16 @@ def average_checkpoints(paths: list[Path], out: Path) -> Path:
     meta = read_meta(paths[-1])
     total: dict[str, torch.Tensor] = {}
     for path in paths:
-        if read_meta(path).model != meta.model:
+        own = read_meta(path)
+        if own.model != meta.model:
             raise CheckpointError(path, "has a different model config from the others")
-        if read_meta(path).weights != "float32":
+        if own.weights != "float32":
             raise CheckpointError(path, "holds int8 weights (`transformer quantize`); average float checkpoints")
-        model = Transformer(meta.model)
+        model = Transformer.for_loading(meta.model)
         load_weights(model, path / WEIGHTS_FILE)
         for name, p in model.state_dict().items():
             total[name] = total.get(name, torch.zeros_like(p, dtype=torch.float64)) + p.double()
-    model = Transformer(meta.model)
+    model = Transformer.for_loading(meta.model)
     model.load_state_dict({n: (t / len(paths)).float() for n, t in total.items()})
     extra = {**meta.extra, "averaged": [p.name for p in paths]}
     return save_checkpoint(out, model, CheckpointMeta(meta.model, meta.tokenizer, meta.task, meta.source_lang,

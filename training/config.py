@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import UnionType
@@ -13,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from model.config import PRESETS, ModelConfig
+from model.config import DEVICE_NAME, PRESETS, ModelConfig
 from model.errors import ConfigError
 from training.clean import CleanConfig, SplitConfig
 from training.vocab import VocabConfig
@@ -106,7 +105,7 @@ class TrainConfig:
             raise TrainConfigError("lr_scale and adam_eps must be positive, eval_max_sentences at least 1")
         if not all(0 <= b < 1 for b in self.betas):
             raise TrainConfigError(f"betas must both be in [0, 1), got {list(self.betas)}")
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+        if not DEVICE_NAME.fullmatch(self.device):
             raise TrainConfigError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         unknown = set(self.model) - {f.name for f in dataclasses.fields(ModelConfig)}
         if unknown:
