@@ -121,7 +121,7 @@ class BeamLoop:
         limits = [cfg.output_limit(len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
         # Joining sentences take free rows of the running cache's buffers: their own start with no room.
         capacity = min(max(limits) + 1, JOIN_ROOM) if self.cache is None else 0  # grows as needed
-        new = self.model.start_cache(memory, mask, capacity=capacity, beams=self.k)
+        new = self.model.start_cache(memory, mask, capacity=capacity, beams=self.k, src=src)
         B = len(sources)
         history = torch.full((B * self.k, 1), self.special.decoder_start, dtype=torch.long, device=self.device)
         scores = torch.full((B, self.k), -math.inf, device=self.device, dtype=self.dtype)

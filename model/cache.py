@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from model.copy import CopySource
+
 JOIN_ROOM = 32  # free positions a joined cache starts with; it grows as needed
 MAX_SPANS = 4  # most row ranges a step's self-attention and reordering are cut into (row_spans)
 SPAN_DROP = 0.5  # a new range starts where sentences hold at most this share of the range's longest
@@ -75,6 +77,7 @@ class DecoderCache:
     cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores, per slot: 0 on tokens, -inf on padding
     lengths: tuple[int, ...]  # (B,) target positions already decoded, per sentence
     slots: tuple[int, ...] | None = None  # (B,) the cross-attention slot of each sentence; None: slot b
+    copy: CopySource | None = None  # per slot, like cross_bias: what copying reads (ModelConfig.copy)
 
     @property
     def step(self) -> int:
@@ -162,9 +165,11 @@ class DecoderCache:
             layers.append(replace(layer, kv=kv, spare=spare, cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
                                   cross_v=_slots_moved(layer.cross_v, moved, len(kept))))
         cross_bias = _slots_moved(self.cross_bias, moved, len(kept))
+        copy = None if self.copy is None else CopySource(_slots_moved(self.copy.keys_t, moved, len(kept)),
+                                                         _slots_moved(self.copy.ids, moved, len(kept)))
         in_order = slots == list(range(len(slots)))
         return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=lengths,
-                       slots=None if in_order else tuple(slots))
+                       slots=None if in_order else tuple(slots), copy=copy)
 
     def trimmed(self, source_length: int) -> DecoderCache:
         """The same state with the source axis cut to source_length, once longer sentences have left (views:
@@ -174,7 +179,8 @@ class DecoderCache:
             return self
         layers = tuple(replace(layer, cross_k_t=layer.cross_k_t[..., :S], cross_v=layer.cross_v[:, :, :S])
                        for layer in self.layers)
-        return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S])
+        copy = None if self.copy is None else CopySource(self.copy.keys_t[..., :S], self.copy.ids[..., :S])
+        return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S], copy=copy)
 
     def joined(self, new: DecoderCache) -> DecoderCache:
         """This state with the sentences of `new` (same beams per sentence, nothing decoded yet) after its own.
@@ -200,7 +206,12 @@ class DecoderCache:
         if S_old < S:  # positions the view now shows were never this cache's sources: masked
             bias[:B, ..., S_old:] = float("-inf")
         slots = None if self.slots is None else self.slots + tuple(range(B, B + new.sentences))
-        return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots)
+        copy = None
+        if self.copy is not None and new.copy is not None:
+            copy = CopySource(_slots_joined(self.copy.keys_t, new.copy.keys_t, S, dim=-1),
+                              _slots_joined(self.copy.ids, new.copy.ids, S, dim=-1))
+        return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots,
+                            copy=copy)
 
 
 def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:

@@ -45,6 +45,7 @@ class ModelConfig:
     share_embeddings: bool = True  # one matrix for source and target embeddings (§3.4)
     tie_output: bool = True  # target embedding doubles as the pre-softmax linear (§3.4)
     logits_bias: bool = False  # Marian's final_logits_bias
+    copy: bool = False  # pointer-generator copying from the source (See et al., 2017; model.copy), for summaries
     ln_eps: float = 1e-5
 
     def __post_init__(self) -> None:
@@ -64,6 +65,8 @@ class ModelConfig:
                 "share_embeddings needs one vocabulary, but src_vocab_size "
                 f"({self.src_vocab_size}) != tgt_vocab_size ({self.tgt_vocab_size})"
             )
+        if self.copy and not self.share_embeddings:
+            raise ConfigError("copy needs one vocabulary for source and target (share_embeddings)")
         _check_choice("norm", self.norm, ("post", "pre"))
         _check_choice("activation", self.activation, ("relu", "gelu", "swish"))
         _check_choice("positions", self.positions, ("sinusoidal", "learned"))

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from model.cache import DecoderCache, LayerCache, StepPositions
 from model.config import ModelConfig
+from model.copy import Copy, CopySource
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
 from model.quantize import Int8Linear
@@ -105,6 +106,7 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else nn.Identity()
         self.out_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None
+        self.copy = Copy(cfg) if cfg.copy else None  # not in the paper: ModelConfig.copy
         self.packed_logits: Tensor | None  # the pre-softmax weight packed for CPU inference (pack_for_cpu)
         self.register_buffer("packed_logits", None, persistent=False)
         self.int8_logits: Int8Linear | None = None  # the pre-softmax linear in int8 (model.quantize)
@@ -190,23 +192,40 @@ class Transformer(nn.Module):
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, keep: Tensor | None = None) -> Tensor:
         """Teacher-forced logits (B, T, tgt_vocab_size) for training; with keep, a (B, T) bool mask,
-        only those positions' logits, (n, tgt_vocab_size): training skips the padding."""
+        only those positions' logits, (n, tgt_vocab_size): training skips the padding. With copying, the
+        logits are log P of the mixed distribution (model.copy)."""
         memory, _ = self.encode(src, src_mask)
         hidden, _ = self.decode(tgt, memory, src_mask)
-        return self.logits(hidden if keep is None else hidden[keep])
+        if self.copy is None:
+            return self.logits(hidden if keep is None else hidden[keep])
+        bias = memory.new_zeros(src_mask.shape).masked_fill_(~src_mask, float("-inf"))[:, None, :]  # (B, 1, S)
+        a, p_gen = self.copy.attend(hidden, self.copy.keys_t(memory), bias)  # (B, T, S), (B, T, 1)
+        B, T, S = a.shape
+        ids = src[:, None, :].expand(B, T, S)
+        if keep is None:
+            mixed = self.copy.mix(self.logits(hidden).flatten(0, 1), a.flatten(0, 1), p_gen.flatten(0, 1),
+                                  ids.flatten(0, 1))  # (B * T, V)
+            return mixed.view(B, T, -1)  # (B, T, V)
+        return self.copy.mix(self.logits(hidden[keep]), a[keep], p_gen[keep], ids[keep])
 
     # -- decoder, one step at a time (search) -----------------------------------------------
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64, beams: int = 1) -> DecoderCache:
+    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64, beams: int = 1,
+                    src: Tensor | None = None) -> DecoderCache:
         """Cross-attention keys and values for every layer, computed once per source, and room for
-        `capacity` target positions (it grows when needed) of `beams` rows per sentence."""
+        `capacity` target positions (it grows when needed) of `beams` rows per sentence. A copying model also
+        needs the source ids, src (B, S)."""
         B = memory.size(0)
         kv = memory.new_zeros(B * beams, self.cfg.h, 2, capacity, self.cfg.d_k)  # (R, h, 2, capacity, d_k)
         layers = tuple(LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
                        for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
         mask = key_mask(src_mask)
         bias = memory.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (B, 1, 1, S)
-        return DecoderCache(layers=layers, cross_bias=bias, lengths=(0,) * B)
+        copy = None
+        if self.copy is not None:
+            assert src is not None, "a copying model's cache needs the source ids"
+            copy = CopySource(self.copy.keys_t(memory), src)
+        return DecoderCache(layers=layers, cross_bias=bias, lengths=(0,) * B, copy=copy)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache.
@@ -219,5 +238,22 @@ class Transformer(nn.Module):
         x = self.tgt_embed.at(tokens, where)  # (R, 1, d_model)
         for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
             x = layer.step(x, state, cache.cross_bias, where)
-        logits = self.logits(self.decoder_norm(x[:, 0]))
+        hidden = self.decoder_norm(x[:, 0])  # (R, d_model)
+        logits = self.logits(hidden)
+        if self.copy is not None and cache.copy is not None:
+            logits = self.copy_step(hidden, logits, cache, where)
         return logits, cache.advanced()
+
+    def copy_step(self, hidden: Tensor, logits: Tensor, cache: DecoderCache, where: StepPositions) -> Tensor:
+        """The step's logits mixed with copying (model.copy): each row attends over its sentence's slot."""
+        assert self.copy is not None and cache.copy is not None
+        R, B = hidden.size(0), cache.sentences
+        if where.to_slots is not None:
+            hidden = hidden.index_select(0, where.to_slots)
+        bias = cache.cross_bias[:, 0]  # (B, 1, S)
+        a, p_gen = self.copy.attend(hidden.view(B, R // B, -1), cache.copy.keys_t, bias)  # (B, beams, S), (B, beams, 1)
+        ids = cache.copy.ids[:, None, :].expand(B, R // B, -1).reshape(R, -1)  # (R, S)
+        a, p_gen = a.reshape(R, -1), p_gen.reshape(R, 1)  # (R, S), (R, 1)
+        if where.from_slots is not None:
+            a, p_gen, ids = (x.index_select(0, where.from_slots) for x in (a, p_gen, ids))
+        return self.copy.mix(logits, a, p_gen, ids)

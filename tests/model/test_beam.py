@@ -17,9 +17,11 @@ V = 60
 LENGTHS = [3, 5, 7, 9, 11, 4, 6, 8]  # source lengths, EOS included
 
 
-def biased_model(eos_bias: float = 0.0, seed: int = 1, max_len: int = 64, **token_bias: float) -> Transformer:
-    """A random tiny model whose logits get extra bias on EOS (and on ids given as t<id>=bias)."""
-    model = build_model(tiny_config(V, logits_bias=True, max_len=max_len), seed=seed)
+def biased_model(eos_bias: float = 0.0, seed: int = 1, max_len: int = 64, copy: bool = False,
+                 **token_bias: float) -> Transformer:
+    """A random tiny model whose logits get extra bias on EOS (and on ids given as t<id>=bias); copy: a
+    pointer-generator (model.copy)."""
+    model = build_model(tiny_config(V, logits_bias=True, max_len=max_len, copy=copy), seed=seed)
     assert model.logits_bias is not None
     with torch.no_grad():
         model.logits_bias[SPECIAL.eos] += eos_bias

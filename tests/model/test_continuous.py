@@ -59,10 +59,12 @@ def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[i
     return out, company
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("seed", "copy"), [(0, False), (1, False), (2, False), (0, True), (1, True)])
 @torch.no_grad()
-def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int) -> None:
-    model = biased_model(eos_bias=4.0, seed=seed)
+def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int, copy: bool) -> None:
+    """Also with copying (model.copy), whose per-sentence source ids and keys join, move and leave with the
+    sentence's cross-attention slot."""
+    model = biased_model(eos_bias=4.0, seed=seed, copy=copy)
     rng = random.Random(seed)
     srcs = sources([2, 14, 3, 9, 11, 5, 16, 4, 7, 12], seed=seed)
     arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]] = {}
@@ -79,10 +81,11 @@ def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alo
         assert_same(got[tag], alone(model, src, cfgs[tag]))
 
 
+@pytest.mark.parametrize("copy", [False, True])
 @torch.no_grad()
-def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone() -> None:
+def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone(copy: bool) -> None:
     """Very different lengths: a 2-token source joins at step 20 a 30-token source decoding up to 60 tokens."""
-    model = biased_model(eos_bias=-3.0, seed=3, max_len=128)
+    model = biased_model(eos_bias=-3.0, seed=3, max_len=128, copy=copy)
     long, short = sources([30, 2], seed=7)
     long_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=60, min_length=40)
     short_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=25, n_best=2, no_repeat_ngram_size=2)
@@ -136,14 +139,16 @@ def nan_filled_memory() -> Iterator[None]:
     torch.utils.deterministic.fill_uninitialized_memory = before[1]
 
 
+@pytest.mark.parametrize("copy", [False, True])
 @torch.no_grad()
 @pytest.mark.usefixtures("nan_filled_memory")
-def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9() -> None:
+def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9(copy: bool) -> None:
     """In float64, rounding cannot flip near-ties: 120 sentences taking the rows others free (8 at most), with
     output limits of 20 to 60 tokens, each equal to its search alone in tokens and to 1e-9 in score. (In float32
     the different shapes round differently, and random weights have near-ties that then break either way.)
-    Memory never written reads as NaN here: a row must never read (even masked) a position nobody wrote."""
-    model = biased_model(eos_bias=-2.0, seed=3, max_len=128).double()
+    Memory never written reads as NaN here: a row must never read (even masked) a position nobody wrote.
+    With copying, each sentence's source ids and copy keys move with its slot."""
+    model = biased_model(eos_bias=-2.0, seed=3, max_len=128, copy=copy).double()
     rng = random.Random(0)
     srcs = sources([rng.randint(2, 20) for _ in range(120)], seed=9)
     cfgs = [DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=20 + 7 * i % 41, **OPTION_SETS[i % 2])
