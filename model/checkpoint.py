@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from model.config import ModelConfig
+from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ModelError, check_readable
 from model.quantize import SCALE_SUFFIX, Rows, int8_names, int8_rows, quantize_transformer
 from model.tokenizer import TokenizerConfig
@@ -47,6 +47,8 @@ class CheckpointMeta:
     target_lang: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # free-form provenance (training run, import source)
     weights: Weights = "float32"  # int8: written by `transformer quantize`, for int8 inference only
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)  # the model's own defaults (the recipe's
+    # `decoding`), like a generation config: what a request or a command does not set. Default: the paper's.
 
     def __post_init__(self) -> None:
         if self.weights not in WEIGHTS:
@@ -58,6 +60,7 @@ class CheckpointMeta:
             "target_lang": self.target_lang, "model": self.model.to_dict(),
             "tokenizer": self.tokenizer.to_dict(), "extra": self.extra,
             **({"weights": self.weights} if self.weights != "float32" else {}),
+            **({"decoding": self.decoding.changed()} if self.decoding.changed() else {}),
         }
 
     @classmethod
@@ -70,6 +73,7 @@ class CheckpointMeta:
             model=ModelConfig.from_dict(data["model"]), tokenizer=TokenizerConfig.from_dict(data["tokenizer"]),
             task=data["task"], source_lang=data.get("source_lang"), target_lang=data.get("target_lang"),
             extra=dict(data.get("extra") or {}), weights=data.get("weights", "float32"),
+            decoding=DecodingConfig.from_dict(data.get("decoding") or {}),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import sys
 from collections.abc import Iterator
@@ -16,28 +17,38 @@ if TYPE_CHECKING:
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
-    """Beam search options shared by every command that decodes; defaults are the paper's (§6.1)."""
+    """Beam search options shared by every command that decodes. One not given is the checkpoint's own
+    (its recipe's `decoding`), else the paper's (§6.1), shown here."""
     d = DecodingConfig()
-    p.add_argument("--beam-size", type=int, default=d.beam_size)
-    p.add_argument("--n-best", type=int, default=d.n_best, help="hypotheses printed per input, tab-separated")
-    p.add_argument("--length-penalty", type=float, default=d.length_penalty, help="alpha")
-    p.add_argument("--length-penalty-form", choices=["gnmt", "average"], default=d.length_penalty_form,
-                   help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
-    p.add_argument("--max-len-a", type=float, default=d.max_len_a, help="longest output: a * input tokens + b")
-    p.add_argument("--max-len-b", type=int, default=d.max_len_b)
+
+    def own(default: object) -> str:
+        return f"(default: the model's own, else {default})"
+
+    p.add_argument("--beam-size", type=int, default=None, help=own(d.beam_size))
+    p.add_argument("--n-best", type=int, default=None, help="hypotheses printed per input, tab-separated "
+                                                            + own(d.n_best))
+    p.add_argument("--length-penalty", type=float, default=None, help="alpha " + own(d.length_penalty))
+    p.add_argument("--length-penalty-form", choices=["gnmt", "average"], default=None,
+                   help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq "
+                        + own(d.length_penalty_form))
+    p.add_argument("--max-len-a", type=float, default=None, help="longest output: a * input tokens + b "
+                                                                 + own(d.max_len_a))
+    p.add_argument("--max-len-b", type=int, default=None, help=own(d.max_len_b))
     p.add_argument("--max-length", type=int, default=None, help="longest output in tokens, instead of a and b")
-    p.add_argument("--min-length", type=int, default=d.min_length)
-    p.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size)
-    p.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=d.early_stopping,
+    p.add_argument("--min-length", type=int, default=None, help=own(d.min_length))
+    p.add_argument("--no-repeat-ngram-size", type=int, default=None, help=own(d.no_repeat_ngram_size))
+    p.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
                    help="stop an input once beam-size hypotheses have ended (fairseq, CTranslate2); "
-                        "--no-early-stopping searches until no live hypothesis can beat them (tensor2tensor)")
+                        "--no-early-stopping searches until no live hypothesis can beat them (tensor2tensor) "
+                        + own(d.early_stopping))
 
 
-def decoding_config(args: argparse.Namespace) -> DecodingConfig:
-    """The DecodingConfig of the options add_decoding_options added."""
+def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingConfig:
+    """base (the checkpoint's own options) with the options add_decoding_options added that were given."""
     names = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "max_len_a", "max_len_b",
              "min_length", "no_repeat_ngram_size", "early_stopping")
-    return DecodingConfig(**{n: getattr(args, n) for n in names}).with_max_length(args.max_length)
+    given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return dataclasses.replace(base, **given).with_max_length(args.max_length)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,7 +95,7 @@ def run_translate(args: argparse.Namespace) -> int:
     from model.translator import Translator
 
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
-    cfg = decoding_config(args)
+    cfg = decoding_config(args, tr.meta.decoding)
     # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
     source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape") \
         if hasattr(sys.stdin, "buffer") else sys.stdin

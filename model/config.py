@@ -148,6 +148,11 @@ class DecodingConfig:
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "banned_ids": list(self.banned_ids)}
 
+    def changed(self) -> dict[str, Any]:
+        """The fields that differ from the defaults, as plain JSON values."""
+        default = DecodingConfig().to_dict()
+        return {k: v for k, v in self.to_dict().items() if v != default[k]}
+
     def with_max_length(self, max_length: int | None) -> DecodingConfig:
         """The same options with the output limit a fixed max_length (None keeps a * |x| + b)."""
         return self if max_length is None else dataclasses.replace(self, max_len_a=0.0, max_len_b=max_length)

@@ -132,10 +132,10 @@ class Translator:
         return next(self.model.parameters()).device
 
     def decoding_config(self, config: DecodingConfig | None = None, **options: Any) -> DecodingConfig:
-        """config (default: DecodingConfig()) with fields overridden by keyword options, checked; unknown names
-        are errors."""
+        """config (default: the checkpoint's own, CheckpointMeta.decoding) with fields overridden by keyword
+        options, checked; unknown names are errors."""
         try:
-            return dataclasses.replace(config or DecodingConfig(), **options)
+            return dataclasses.replace(config or self.meta.decoding, **options)
         except TypeError as e:
             raise ConfigError(str(e)) from e
 
@@ -159,7 +159,7 @@ class Translator:
     def translate(self, texts: Sequence[str], config: DecodingConfig | None = None, *, return_attention: bool = False,
                   truncate: bool = False, max_batch_size: int = 32, max_batch_tokens: int = 8192,
                   **options: Any) -> list[Translation]:
-        """Translate texts with config (default: DecodingConfig(), the paper's beam search), any of its fields
+        """Translate texts with config (default: the checkpoint's own, else the paper's beam search), any of its fields
         overridden by keyword options (beam_size=5, early_stopping=False, ...). One Translation per text, in order."""
         cfg = self.decoding_config(config, **options)
         ids = self.encode(texts, truncate)

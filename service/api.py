@@ -66,13 +66,18 @@ def check_texts(texts: list[str], field: str, limit: int, settings: ServiceSetti
                                                   f"{settings.max_chars}")
 
 
-def options_of(req: DecodeOptions, settings: ServiceSettings) -> DecodingConfig:
-    if req.beam_size > settings.max_beam_size:
-        raise InvalidRequest("beam_size", f"{req.beam_size} is more than the limit of {settings.max_beam_size}")
-    if req.n_best > req.beam_size:
-        raise InvalidRequest("n_best", f"{req.n_best} is more than beam_size ({req.beam_size})")
+def options_of(req: DecodeOptions, settings: ServiceSettings, info: ModelInfo) -> DecodingConfig:
+    """The request's options over the model's own (CheckpointMeta.decoding), within the service's limits."""
+    base, given = info.meta.decoding, req.model_fields_set
+    beam_size = req.beam_size if "beam_size" in given else base.beam_size
+    n_best = req.n_best if "n_best" in given else min(base.n_best, beam_size)
+    if beam_size > settings.max_beam_size:
+        own = "" if "beam_size" in given else f" (model {info.id}'s own beam size)"
+        raise InvalidRequest("beam_size", f"{beam_size}{own} is more than the limit of {settings.max_beam_size}")
+    if n_best > beam_size:
+        raise InvalidRequest("n_best", f"{n_best} is more than beam_size ({beam_size})")
     try:
-        return req.decoding()
+        return req.decoding(replace(base, n_best=min(base.n_best, beam_size)))  # the model's n-best fits the beam
     except ConfigError as e:  # options that do not fit together
         raise InvalidRequest("options", str(e)) from e
 
@@ -139,7 +144,7 @@ async def texts_task(state: ServiceState, req: TextRequest, kind: str,
     pieces = texts if documents is None else [p.strip() for d in documents for p, is_text in d if is_text]
     outputs: list[OutputText] = []
     if pieces:
-        task = Task(info.id, pieces, options_of(req, s), truncate=req.truncate, owner=owner,
+        task = Task(info.id, pieces, options_of(req, s, info), truncate=req.truncate, owner=owner,
                     deadline=time.time() + s.request_timeout_s)
         await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         outputs = [output_text(o) for o in (await run(state, task)).outputs]
@@ -208,11 +213,11 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> R
     [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
     s = state.settings
     check_texts([req.q], "q", 1, s)
-    options = options_of(req, s)
-    if req.hypothesis >= req.n_best:
-        raise InvalidRequest("hypothesis", f"{req.hypothesis} is not an index of an n-best list of {req.n_best}")
     info = state.registry.get(req.model) if req.model else \
         state.registry.resolve("translation", None, req.source, req.target)
+    options = options_of(req, s, info)
+    if req.hypothesis >= options.n_best:
+        raise InvalidRequest("hypothesis", f"{req.hypothesis} is not an index of an n-best list of {options.n_best}")
     selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), None if req.layers is None else tuple(req.layers),
                                    None if req.heads is None else tuple(req.heads), req.hypothesis)
     check_selection(selection, info.meta.model)
@@ -241,7 +246,7 @@ async def submit_job(req: JobRequest, response: Response, state: ReadyState, own
     s = state.settings
     check_texts(req.texts, "texts", s.max_job_texts, s)
     info = state.registry.resolve(req.task, req.model, req.source, req.target)
-    task = Task(info.id, req.texts, options_of(req, s), kind="job", truncate=req.truncate, owner=owner)
+    task = Task(info.id, req.texts, options_of(req, s, info), kind="job", truncate=req.truncate, owner=owner)
     await checked_lengths(state, task, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await state.queue.submit(task)
     response.headers["Location"] = f"/jobs/{task.id}"

@@ -32,7 +32,7 @@ ATTENTION_RESPONSE: JsonDict = {
                 [0.02, 0.02, 0.02, 0.04, 0.9]]]], "encoder": None, "decoder": None}
 MODELS_RESPONSE: JsonDict = {"models": [{"id": "en-de", "task": "translation", "source": "en", "target": "de",
                                "max_length": 256, "parameters": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
-                               "dtype": "auto"}], "errors": {}}
+                               "dtype": "auto", "decoding": {}}], "errors": {}}
 HEALTHZ: JsonDict = {"status": "ok"}
 READYZ: JsonDict = {"status": "ready", "models": ["en-de"], "queue": "embedded"}
 METRICS = "transformer_queue_depth 0\ntransformer_requests_total{route=\"/translate\",status=\"200\"} 12\n"

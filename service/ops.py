@@ -56,6 +56,6 @@ async def models(state: ReadyState, _: Owner) -> ModelsResponse:
                           max_length=m.max_len,
                           parameters={"N": m.meta.model.N, "d_model": m.meta.model.d_model,
                                       "d_ff": m.meta.model.d_ff, "h": m.meta.model.h},
-                          dtype=m.dtype(state.settings.dtype))
+                          dtype=m.dtype(state.settings.dtype), decoding=m.meta.decoding.changed())
                for m in state.registry.models.values()]
     return ModelsResponse(models=entries, errors=state.registry.errors)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -36,8 +37,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The options a request may set, by their DecodingConfig names; max_length sets max_len_a and max_len_b.
+DECODING_FIELDS = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "min_length",
+                   "no_repeat_ngram_size", "early_stopping")
+
+
 class DecodeOptions(Strict):
-    """Beam search options: model.config.DecodingConfig's, with its defaults (the paper's, §6.1)."""
+    """Beam search options: model.config.DecodingConfig's. One a request does not give is the model's own
+    (its recipe's, GET /models), else the paper's (§6.1), shown as each field's default."""
 
     beam_size: int = Field(DEFAULT.beam_size, ge=1, description="beams per input; 1 is greedy decoding")
     n_best: int = Field(DEFAULT.n_best, ge=1, description="hypotheses returned per input (at most beam_size)")
@@ -55,12 +62,12 @@ class DecodeOptions(Strict):
         "hypothesis can beat them (tensor2tensor's exact bound; slower, rarely better)"))
     truncate: bool = Field(False, description="cut inputs longer than the model's limit instead of a 422")
 
-    def decoding(self) -> DecodingConfig:
-        """The DecodingConfig of these options (ConfigError when they do not fit together)."""
-        return DecodingConfig(beam_size=self.beam_size, n_best=self.n_best, length_penalty=self.length_penalty,
-                              length_penalty_form=self.length_penalty_form, min_length=self.min_length,
-                              no_repeat_ngram_size=self.no_repeat_ngram_size,
-                              early_stopping=self.early_stopping).with_max_length(self.max_length)
+    def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
+        """base (the model's own options, CheckpointMeta.decoding) with the options this request gives
+        (ConfigError when they do not fit together)."""
+        given = {name: getattr(self, name) for name in DECODING_FIELDS if name in self.model_fields_set}
+        cfg = dataclasses.replace(base, **given)
+        return cfg.with_max_length(self.max_length) if "max_length" in self.model_fields_set else cfg
 
 
 class TextRequest(DecodeOptions):
@@ -90,15 +97,15 @@ class SummarizeRequest(TextRequest):
             "the summary's length: short (3-16 tokens), medium (8-32), long (16-64), or [min, max] tokens; it "
             "sets min_length and max_length, which are then not given"))
 
-    def decoding(self) -> DecodingConfig:
+    def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
         if self.length is None:
-            return super().decoding()
+            return super().decoding(base)
         low, high = SUMMARY_LENGTHS[self.length] if isinstance(self.length, str) else self.length
         if "min_length" in self.model_fields_set or "max_length" in self.model_fields_set:
             raise ConfigError("give either length or min_length and max_length, not both")
         if not 0 <= low <= high or high < 1:
             raise ConfigError(f"length [{low}, {high}] must be a range of at least one token, min <= max")
-        return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding()
+        return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding(base)
 
 
 class Hypothesis(BaseModel):
@@ -219,6 +226,9 @@ class ModelEntry(BaseModel):
                                           "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "
                                           "float16 or int8; int8 for an int8 checkpoint "
                                           "(`transformer quantize`) whatever is configured")
+    decoding: dict[str, Any] = Field(default_factory=dict, description=(
+        "the model's own decoding options (its recipe's `decoding`), where they differ from the paper's: what "
+        "a request does not set"))
 
 
 class ModelsResponse(BaseModel):

@@ -148,4 +148,5 @@ def average_checkpoints(paths: list[Path], out: Path) -> Path:
     model.load_state_dict({n: (t / len(paths)).float() for n, t in total.items()})
     extra = {**meta.extra, "averaged": [p.name for p in paths]}
     return save_checkpoint(out, model, CheckpointMeta(meta.model, meta.tokenizer, meta.task, meta.source_lang,
-                                                      meta.target_lang, extra), tokenizer_dir=paths[-1])
+                                                      meta.target_lang, extra, decoding=meta.decoding),
+                           tokenizer_dir=paths[-1])

@@ -18,10 +18,15 @@ class CleanConfig:
     max_ratio: float = 3.0  # longest side / shortest side, in characters; 0 disables
     dedup: bool = True
     collapse_whitespace: bool = True  # newlines and runs of spaces become one space
+    max_per_origin: int = 0  # keep at most this many pairs of one origin (source item), the first ones; 0: all.
+    # One program family can hold thousands of near-copies (gcloud's 16,000 manual pages): they would teach its
+    # template rather than summarizing.
 
     def __post_init__(self) -> None:
         if self.min_words < 1 or self.max_words < self.min_words:
             raise ValueError("need 1 <= min_words <= max_words")
+        if self.max_per_origin < 0:
+            raise ValueError("max_per_origin must not be negative")
         if self.max_ratio < 0:
             raise ValueError("max_ratio must not be negative")
 
@@ -33,6 +38,7 @@ class CleanStats:
     length: int = 0
     ratio: int = 0
     duplicate: int = 0
+    origin_cap: int = 0  # past max_per_origin
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -42,6 +48,7 @@ def clean(pairs: Iterable[Pair], cfg: CleanConfig, stats: CleanStats | None = No
     """The pairs that pass every filter, in their original order; counts go into stats."""
     stats = stats if stats is not None else CleanStats()
     seen: set[bytes] = set()
+    per_origin: dict[str, int] = {}
     for p in pairs:
         source, target = p.source.strip(), p.target.strip()
         if cfg.collapse_whitespace:
@@ -63,6 +70,11 @@ def clean(pairs: Iterable[Pair], cfg: CleanConfig, stats: CleanStats | None = No
                 stats.duplicate += 1
                 continue
             seen.add(key)
+        if cfg.max_per_origin:
+            per_origin[p.origin] = per_origin.get(p.origin, 0) + 1
+            if per_origin[p.origin] > cfg.max_per_origin:
+                stats.origin_cap += 1
+                continue
         stats.kept += 1
         yield Pair(source, target, p.origin)
 

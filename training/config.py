@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from model.config import DEVICE_NAME, PRESETS, ModelConfig
+from model.config import DEVICE_NAME, PRESETS, DecodingConfig, ModelConfig
 from model.errors import ConfigError
 from training.clean import CleanConfig, SplitConfig
 from training.vocab import VocabConfig
@@ -67,6 +67,8 @@ class TrainConfig:
     vocab: VocabConfig = field(default_factory=VocabConfig)
     preset: str = "base"  # Table 3 preset (base, big) or a small CPU shape (small, tiny)
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields overriding the preset
+    decoding: dict[str, Any] = field(default_factory=dict)  # DecodingConfig fields: the model's own decoding
+    # options, saved in its checkpoints (CheckpointMeta.decoding) and used by evaluation, the CLI and the service
     batch_tokens: int = 4096  # source and target tokens per batch each, padding included (§5.1)
     accumulate: int = 1  # batches per optimizer step; 25,000 tokens a step in the paper
     max_steps: int = 100_000
@@ -114,11 +116,18 @@ class TrainConfig:
             self.model_config(16, 16)
         except ConfigError as e:
             raise TrainConfigError(f"model: {e}") from e
+        try:
+            self.decoding_config()
+        except ConfigError as e:
+            raise TrainConfigError(f"decoding: {e}") from e
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
         shared = self.vocab.shared
         return ModelConfig.from_preset(self.preset, src_vocab_size, tgt_vocab_size,
                                        **{"share_embeddings": shared, **self.model})
+
+    def decoding_config(self) -> DecodingConfig:
+        return DecodingConfig.from_dict(self.decoding)
 
     def data_key(self) -> str:
         """A digest of what decides the corpus and vocabulary, to know when a cached one is stale."""
@@ -207,8 +216,9 @@ def from_dict(values: dict[str, Any]) -> TrainConfig:
         if not isinstance(section, dict):
             raise TrainConfigError(f"{name} must be a mapping")
         values[name] = _build(cls, section, f"{name}.")
-    if "model" in values and not isinstance(values["model"], dict):
-        raise TrainConfigError("model must be a mapping of ModelConfig fields")
+    for name, what in (("model", "ModelConfig"), ("decoding", "DecodingConfig")):
+        if name in values and not isinstance(values[name], dict):
+            raise TrainConfigError(f"{name} must be a mapping of {what} fields")
     cfg: TrainConfig = _build(TrainConfig, values, "")
     return cfg
 

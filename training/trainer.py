@@ -101,7 +101,7 @@ class Trainer:
         tok = self.data.tokenizer
         self.model_cfg = cfg.model_config(len(tok.source), len(tok.target))
         self.meta = CheckpointMeta(self.model_cfg, tok.cfg, cfg.task, cfg.source_lang, cfg.target_lang,
-                                   extra={"train_config": cfg.to_dict()})
+                                   extra={"train_config": cfg.to_dict()}, decoding=cfg.decoding_config())
         torch.manual_seed(cfg.seed)
         self.model = Transformer(self.model_cfg).to(self.cluster.device)
         torch.manual_seed(cfg.seed + self.cluster.rank)  # dropout differs across ranks

@@ -370,3 +370,38 @@ def test_every_endpoint_has_an_example_in_the_openapi_document(client: TestClien
             if not has_example(op["responses"][code].get("content", {})):
                 missing.append(f"{method} {path} {code}")
     assert missing == []
+
+
+def test_a_models_own_decoding_options_apply_where_a_request_sets_none(models_dir: Path, tmp_path: Path,
+                                                                       translator: Translator) -> None:
+    """CheckpointMeta.decoding (a recipe's `decoding`): a request's options override it one by one, and GET
+    /models shows it."""
+    from model.config import DecodingConfig
+    from tests.model.test_decoding_defaults import OWN, with_decoding
+
+    own_dir = tmp_path / "own"
+    own_dir.mkdir()
+    with_decoding(models_dir / "tiny-en-de", own_dir / "tiny-own", OWN)
+    client = ready_client(own_dir)
+    try:
+        [entry] = client.get("/models").json()["models"]
+        assert entry["decoding"] == OWN
+        text = make_sentences(1, seed=21)[0]
+        r = client.post("/translate", json={"q": [text]}).json()
+        want = translator.translate([text], DecodingConfig(**OWN))[0]  # type: ignore[arg-type]
+        assert r["translatedText"] == [want.text] and len(r["translations"][0]["alternatives"]) == 1
+        r = client.post("/translate", json={"q": [text], "n_best": 1, "max_length": 5}).json()
+        want = translator.translate([text], DecodingConfig(**{**OWN, "n_best": 1}).with_max_length(5))[0]  # type: ignore[arg-type]
+        assert r["translatedText"] == [want.text] and r["translations"][0]["alternatives"] == []
+        r = client.post("/translate", json={"q": [text], "beam_size": 1})  # the model's n_best 2 fits to 1
+        assert r.status_code == 200 and r.json()["translations"][0]["alternatives"] == []
+        assert client.post("/translate", json={"q": text, "beam_size": 2, "n_best": 3}).status_code == 422
+    finally:
+        client.__exit__(None, None, None)
+    client = ready_client(own_dir, max_beam_size=2)
+    try:
+        r = client.post("/translate", json={"q": text})
+        assert r.status_code == 422 and "tiny-own's own beam size" in r.text
+        assert client.post("/translate", json={"q": text, "beam_size": 2}).status_code == 200
+    finally:
+        client.__exit__(None, None, None)

@@ -24,7 +24,18 @@ def test_clean_drops_empty_long_skewed_and_duplicate_pairs() -> None:
     stats = CleanStats()
     kept = list(clean(pairs, CleanConfig(max_words=20, max_ratio=3.0), stats))
     assert [(p.source, p.target) for p in kept] == [("hello world", "hallo welt"), ("fine", "gut")]
-    assert stats.as_dict() == {"kept": 2, "empty": 1, "length": 1, "ratio": 1, "duplicate": 1}
+    assert stats.as_dict() == {"kept": 2, "empty": 1, "length": 1, "ratio": 1, "duplicate": 1, "origin_cap": 0}
+
+
+def test_clean_keeps_the_first_pairs_of_each_origin_up_to_its_cap() -> None:
+    pairs = [Pair(f"page {i}", "s", origin="gcloud" if i % 4 else f"tool{i}") for i in range(40)]
+    stats = CleanStats()
+    kept = list(clean(pairs, CleanConfig(max_per_origin=3), stats))
+    assert [p.source for p in kept if p.origin == "gcloud"] == ["page 1", "page 2", "page 3"]
+    assert sum(p.origin != "gcloud" for p in kept) == 10 and stats.origin_cap == 27
+    assert len(list(clean(pairs, CleanConfig()))) == 40
+    with pytest.raises(ValueError, match="max_per_origin"):
+        CleanConfig(max_per_origin=-1)
 
 
 def test_split_is_deterministic_disjoint_and_holds_out_origins() -> None:

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from model import Translator
-from model.checkpoint import quantize_checkpoint
+from model.checkpoint import quantize_checkpoint, read_meta
 from model.quantize import int8_unsupported
 from service.cli import main
 from training.config import TrainConfigError, from_dict
@@ -133,15 +133,25 @@ def test_two_gloo_processes_train_like_one_with_accumulation(tmp_path: Path, cor
 
 
 def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path, corpus: Path) -> None:
-    run_dir = train(from_dict(settings(tmp_path / "avg", corpus, max_steps=6, save_every=2, keep_last=2)))
+    """Also of a copying model (model.copy); the recipe's decoding options go with every checkpoint."""
+    model = {"p_drop": 0.0, "d_model": 128, "d_ff": 256, "copy": True}
+    decoding = {"no_repeat_ngram_size": 2, "min_length": 1}
+    run_dir = train(from_dict(settings(tmp_path / "avg", corpus, max_steps=6, save_every=2, keep_last=2,
+                                       model=model, decoding=decoding)))
     kept = sorted((run_dir / "checkpoints").iterdir())
     assert [p.name for p in kept] == ["step_00000004", "step_00000006"]
     assert main(["average", str(run_dir), "--last", "2", "--out", str(tmp_path / "averaged")]) == 0
     a, b = (load_file(str(p / "model.safetensors")) for p in kept)
     mean = load_file(str(tmp_path / "averaged" / "model.safetensors"))
+    assert "copy.gate.weight" in mean
     for name in mean:
         torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
-    assert Translator.load(tmp_path / "averaged", device="cpu").translate(["1 2 3"])[0].text is not None
+    averaged = Translator.load(tmp_path / "averaged", device="cpu")
+    assert averaged.translate(["1 2 3"])[0].text is not None
+    for checkpoint in (averaged.meta, read_meta(run_dir / "best"), read_meta(kept[0])):
+        assert checkpoint.decoding.changed() == decoding and checkpoint.model.copy
+    with pytest.raises(TrainConfigError, match="decoding: unknown decoding options"):
+        from_dict(settings(tmp_path / "bad", corpus, decoding={"beams": 2}))
 
 
 def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, corpus: Path,
@@ -162,7 +172,7 @@ def test_progress_follows_the_budget_that_ends_first_and_prints_each_evaluation(
                              save_every=100_000, progress=True))
     train(cfg)
     out, err = capsys.readouterr()
-    totals = [(int(a), int(b)) for a, b in re.findall(r"(\d+)/(\d+) \[", err)]
+    totals = [(int(a), int(b)) for a, b in re.findall(r"(\d+)/(\d+) \[[^\]]*(?:step/s|s/step)", err)]  # not the evals
     assert totals, err[-1000:]
     done, total = totals[-1]
     assert total < 100_000 and done <= total <= 1.5 * done + 20, totals[-3:]
