@@ -72,4 +72,4 @@ def test_version_and_help_with_defaults() -> None:
     out = transformer("--version")
     assert out.returncode == 0 and out.stdout.startswith("transformer ")
     help_text = transformer("translate", "--help").stdout
-    assert "(default: 4)" in help_text and "(default: 32)" in help_text  # beam size, batch size
+    assert "(default: the model's own, else 4)" in help_text and "(default: 32)" in help_text  # beam, batch size
