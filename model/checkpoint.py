@@ -60,7 +60,7 @@ class CheckpointMeta:
             "target_lang": self.target_lang, "model": self.model.to_dict(),
             "tokenizer": self.tokenizer.to_dict(), "extra": self.extra,
             **({"weights": self.weights} if self.weights != "float32" else {}),
-            **({"decoding": self.decoding.changed()} if self.decoding.changed() else {}),
+            **({"decoding": changed} if (changed := self.decoding.changed()) else {}),
         }
 
     @classmethod

@@ -7,7 +7,7 @@ import json
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,4 @@ def average_checkpoints(paths: list[Path], out: Path) -> Path:
     model = Transformer.for_loading(meta.model)
     model.load_state_dict({n: (t / len(paths)).float() for n, t in total.items()})
     extra = {**meta.extra, "averaged": [p.name for p in paths]}
-    return save_checkpoint(out, model, CheckpointMeta(meta.model, meta.tokenizer, meta.task, meta.source_lang,
-                                                      meta.target_lang, extra, decoding=meta.decoding),
-                           tokenizer_dir=paths[-1])
+    return save_checkpoint(out, model, replace(meta, extra=extra), tokenizer_dir=paths[-1])
