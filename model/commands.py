@@ -45,8 +45,7 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
 
 def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingConfig:
     """base (the checkpoint's own options) with the options add_decoding_options added that were given."""
-    names = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "max_len_a", "max_len_b",
-             "min_length", "no_repeat_ngram_size", "early_stopping")
+    names = (*DecodingConfig.OPTIONS, "max_len_a", "max_len_b")
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     return dataclasses.replace(base, **given).with_max_length(args.max_length)
 

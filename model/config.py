@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from model.errors import ConfigError
 
@@ -111,6 +111,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class DecodingConfig:
     """Beam search settings; the defaults are the paper's (§6.1)."""
+
+    # The fields a request (service.schemas.DecodeOptions) or a command line flag sets one by one over a model's
+    # own options; max_length, for both, sets max_len_a and max_len_b (with_max_length).
+    OPTIONS: ClassVar[tuple[str, ...]] = ("beam_size", "n_best", "length_penalty", "length_penalty_form",
+                                          "min_length", "no_repeat_ngram_size", "early_stopping")
 
     beam_size: int = 4
     n_best: int = 1

@@ -37,11 +37,6 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# The options a request may set, by their DecodingConfig names; max_length sets max_len_a and max_len_b.
-DECODING_FIELDS = ("beam_size", "n_best", "length_penalty", "length_penalty_form", "min_length",
-                   "no_repeat_ngram_size", "early_stopping")
-
-
 class DecodeOptions(Strict):
     """Beam search options: model.config.DecodingConfig's. One a request does not give is the model's own
     (its recipe's, GET /models), else the paper's (§6.1), shown as each field's default."""
@@ -65,7 +60,7 @@ class DecodeOptions(Strict):
     def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
         """base (the model's own options, CheckpointMeta.decoding) with the options this request gives
         (ConfigError when they do not fit together)."""
-        given = {name: getattr(self, name) for name in DECODING_FIELDS if name in self.model_fields_set}
+        given = {name: getattr(self, name) for name in DecodingConfig.OPTIONS if name in self.model_fields_set}
         cfg = dataclasses.replace(base, **given)
         return cfg.with_max_length(self.max_length) if "max_length" in self.model_fields_set else cfg
 

@@ -59,3 +59,20 @@ def test_translator_and_the_translate_command_use_them_unless_told_otherwise(
     out = capsys.readouterr().out.splitlines()
     want = plain.translate(texts, DecodingConfig(**{**OWN, "n_best": 1}).with_max_length(5))  # type: ignore[arg-type]
     assert out == [t.text for t in want]
+
+
+def test_every_option_set_one_by_one_is_a_request_field_and_a_flag_with_the_papers_default() -> None:
+    """DecodingConfig.OPTIONS is the one list: the API's fields and the command line's flags follow it."""
+    import argparse
+
+    from model.commands import add_decoding_options
+    from service.schemas import DecodeOptions
+
+    parser = argparse.ArgumentParser()
+    add_decoding_options(parser)
+    flags = {a.dest: a for a in parser._actions}
+    paper = DecodingConfig()
+    for name in DecodingConfig.OPTIONS:
+        assert DecodeOptions.model_fields[name].default == getattr(paper, name), name
+        assert name in flags and flags[name].default is None, name  # None: the model's own
+    assert set(DecodingConfig.OPTIONS) | {"max_len_a", "max_len_b", "banned_ids"} == set(paper.to_dict())
