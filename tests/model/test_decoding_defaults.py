@@ -3,6 +3,7 @@ used by Translator, `transformer translate` and the service wherever a caller do
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import shutil
@@ -12,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from model.checkpoint import CONFIG_FILE, read_meta
+from model.commands import add_decoding_options
 from model.config import DecodingConfig
 from model.errors import CheckpointError
 from model.translator import Translator
 from service.cli import main
+from service.schemas import DecodeOptions
 from tests.conftest import make_sentences
 
 OWN = {"beam_size": 3, "n_best": 2, "max_len_a": 0.0, "max_len_b": 3, "no_repeat_ngram_size": 2}
@@ -63,11 +66,6 @@ def test_translator_and_the_translate_command_use_them_unless_told_otherwise(
 
 def test_every_option_set_one_by_one_is_a_request_field_and_a_flag_with_the_papers_default() -> None:
     """DecodingConfig.OPTIONS is the one list: the API's fields and the command line's flags follow it."""
-    import argparse
-
-    from model.commands import add_decoding_options
-    from service.schemas import DecodeOptions
-
     parser = argparse.ArgumentParser()
     add_decoding_options(parser)
     flags = {a.dest: a for a in parser._actions}
