@@ -261,10 +261,11 @@ class Trainer:
             special = self.data.tokenizer.special
             loss = corpus_loss(self.model, self.data.dev, special.pad, special.decoder_start, self.cfg.batch_tokens)
             pairs = self.data.dev_pairs[:self.cfg.eval_max_sentences]
+            # Decoded in the weights' own dtype, outside autocast: the beam search's caches take the model's
+            # dtype, and the score is that of the checkpoint kept as best.
             translator = Translator(self.model, self.data.tokenizer, self.meta)
-            with self.autocast:
-                scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss,
-                                     self.cfg.eval_beam_size, self.cfg.task, "dev" if self.progress else None)
+            scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss,
+                                 self.cfg.eval_beam_size, self.cfg.task, "dev" if self.progress else None)
             self.log.write({"step": self.state.step, **scores.as_dict()})
             if self.state.best_score is None or scores.score > self.state.best_score:
                 self.state.best_score, self.state.best_step = scores.score, self.state.step

@@ -154,6 +154,16 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path,
         from_dict(settings(tmp_path / "bad", corpus, decoding={"beams": 2}))
 
 
+def test_bfloat16_autocast_training_evaluates_on_the_dev_split(tmp_path: Path, corpus: Path) -> None:
+    """dtype bfloat16 (CUDA's default under "auto") trains in autocast, and the dev evaluation, which decodes
+    with the beam search, still runs: its caches once took the weights' float32 while autocast gave bfloat16."""
+    run_dir = train(from_dict(settings(tmp_path / "bf16", corpus, max_steps=4, eval_every=2, dtype="bfloat16")))
+    rows = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    assert [r["step"] for r in rows if "dev_loss" in r] == [2, 4]
+    assert (run_dir / "best" / "model.safetensors").exists()
+    assert {t.dtype for t in load_file(str(run_dir / "best" / "model.safetensors")).values()} == {torch.float32}
+
+
 def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, corpus: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     short = {"max_steps": 4, "save_every": 2, "log_every": 2}
