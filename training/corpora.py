@@ -132,9 +132,11 @@ def gettext_pairs(lang: str, root: str | Path = LOCALE_ROOT) -> Iterator[Pair]:
 
 
 DEFAULT_PACKAGES = ("stdlib", "torch", "numpy", "sympy", "networkx")
+# A section starts at a header line ("Args:", "Returns", "See also: f"), a directive, a doctest or a field list;
+# a sentence that only begins with such a word ("Returns a pair ...", "Note that ...", "raised when ...") does not.
 _SECTION = re.compile(
-    r"^(args|arguments|parameters|params|returns?|yields?|raises?|examples?|notes?|see also|attributes|"
-    r"references|warnings?|keyword arguments|shape|\.\. |>>>|:param|:return|-{3,}|={3,})",
+    r"^((args|arguments|parameters|params|returns?|yields?|raises?|examples?|notes?|see also|attributes|"
+    r"references|warnings?|keyword arguments|shape)\s*(:.*)?$|\.\. |>>>|:param|:return|-{3,}|={3,})",
     re.IGNORECASE,
 )
 
@@ -146,6 +148,8 @@ def split_docstring(doc: str) -> tuple[str, str] | None:
     if len(lines) < 3 or lines[1].strip():
         return None
     summary = lines[0].strip()
+    if _SECTION.match(summary):  # ".. warning::", ">>> f()": the docstring has no summary line
+        return None
     body: list[str] = []
     for line in lines[2:]:
         if _SECTION.match(line.strip()):

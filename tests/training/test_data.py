@@ -152,6 +152,25 @@ def test_docstring_split() -> None:
     assert split_docstring("Only a summary.") is None
 
 
+@pytest.mark.parametrize("line", ["Returns a pair (n, d) of integers.", "Note that the order is kept.",
+                                  "raised when it is caused.", "Example usage follows below."])
+def test_a_sentence_that_begins_like_a_section_header_stays_in_the_description(line: str) -> None:
+    doc = f"Summary line.\n\nFirst part.\n{line}\nLast part.\n\nReturns:\n    a value\n"
+    assert split_docstring(doc) == (f"First part. {line} Last part.", "Summary line.")
+
+
+@pytest.mark.parametrize("header", ["Returns", "Returns:", "Notes", "See also: other", "Example::", ">>> f(1)",
+                                    ".. note::", ":param x: the input", "-------"])
+def test_a_section_header_ends_the_description(header: str) -> None:
+    assert split_docstring(f"Summary line.\n\nThe description.\n{header}\nmore\n") == ("The description.",
+                                                                                           "Summary line.")
+
+
+def test_a_directive_or_doctest_is_not_a_summary() -> None:
+    assert split_docstring(".. deprecated:: 3.5\n\nUse g instead.\n") is None
+    assert split_docstring(">>> f()\n\nCalls f.\n") is None
+
+
 def test_docstring_corpus_reads_source_without_importing_it() -> None:
     pairs = list(docstring_pairs(("json",)))
     assert pairs and all(p.origin == "json" for p in pairs)
