@@ -125,9 +125,14 @@ class DecoderCache:
         """The cache after a step wrote one position for every sentence."""
         return replace(self, lengths=tuple(n + 1 for n in self.lengths))
 
-    def grown(self) -> DecoderCache:
-        """The same state with room for twice as many positions."""
+    def grown(self, at_most: int | None = None) -> DecoderCache:
+        """The same state with room for twice as many positions, or at_most (more than are filled) if fewer:
+        the most any of its sentences will write. Fresh buffers are zeroed, and each position costs a buffer's
+        worth of rows, so room nobody will use is not free."""
         size, t = max(1, 2 * self.capacity), self.step
+        if at_most is not None:
+            assert at_most > t, "growing must leave room for the next position"
+            size = min(size, at_most)
         layers = []
         R, rows = self.rows, _row_capacity(self.layers[0].kv)  # the buffers keep their room for rows
         for layer in self.layers:

@@ -227,13 +227,14 @@ class Transformer(nn.Module):
             copy = CopySource(self.copy.keys_t(memory), src)
         return DecoderCache(layers=layers, cross_bias=bias, lengths=(0,) * B, copy=copy)
 
-    def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache.
+    def step(self, tokens: Tensor, cache: DecoderCache, positions: int | None = None) -> tuple[Tensor, DecoderCache]:
+        """tokens: (R,) the last token of each hypothesis -> logits (R, V) and the grown cache; positions, if
+        given, is the most any row will write (its output limit), which the cache then grows no further than.
 
         The cache passed in is consumed: its buffers are written in place.
         """
         if cache.step == cache.capacity:
-            cache = cache.grown()
+            cache = cache.grown(positions)
         where = cache.positions()
         x = self.tgt_embed.at(tokens, where)  # (R, 1, d_model)
         for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
