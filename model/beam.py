@@ -137,7 +137,7 @@ class BeamLoop:
     def step(self) -> list[Sentence]:
         """Decode one token for every row; return the sentences whose search ended, removed from the loop."""
         assert self.cache is not None and self.sentences, "step() needs sentences"
-        positions = max(s.limit for s in self.sentences) + 1  # no sentence writes more (start symbol included)
+        positions = max(s.limit for s in self.sentences)  # a sentence writes one position a step, limit steps at most
         logits, self.cache = self.model.step(self._latest(), self.cache, positions)
         logp = torch.log_softmax(logits.to(self.dtype), dim=-1)  # (R, V)
         self._constrain(logp)
