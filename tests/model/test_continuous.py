@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -41,9 +41,11 @@ def assert_same(got: list[Hypothesis], want: list[Hypothesis]) -> None:
         assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
 
 
-def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]]
+def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]],
+                      after_step: Callable[[BeamLoop], None] | None = None
                       ) -> tuple[dict[int, list[Hypothesis]], dict[int, int]]:
-    """Admit arrivals[step] before that step; returns each tag's n-best and the loop size it left from."""
+    """Admit arrivals[step] before that step (after_step, if given, sees the loop after each one); returns each
+    tag's n-best and the loop size it left from."""
     out: dict[int, list[Hypothesis]] = {}
     company: dict[int, int] = {}
     step = 0
@@ -55,6 +57,8 @@ def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[i
             for s in loop.step():
                 out[int(str(s.tag))] = s.n_best()
                 company[int(str(s.tag))] = size
+            if after_step is not None:
+                after_step(loop)
         step += 1
     return out, company
 
@@ -101,16 +105,13 @@ def test_the_cache_grows_no_further_than_the_longest_output_limit_of_its_sentenc
     model = biased_model(eos_bias=-20.0, seed=3, max_len=512)  # no EOS: every sentence runs to its limit
     first, second = sources([5, 6], seed=2)
     cfg = DecodingConfig(beam_size=2, max_len_a=0.0, max_len_b=70)  # 70 tokens: positions 0 to 69
-    loop, capacities = BeamLoop(model, SPECIAL, 2), []
-    got: dict[int, list[Hypothesis]] = {}
-    loop.admit([first], [cfg], [0])
-    while loop:
-        if len(loop) == 1 and loop.sentences[0].step == 10:
-            loop.admit([second], [cfg], [1])
-        for s in loop.step():
-            got[int(str(s.tag))] = s.n_best()
+    capacities: list[int] = []
+
+    def capacity(loop: BeamLoop) -> None:
         if loop.cache is not None:
             capacities.append(loop.cache.capacity)
+
+    got, _ = run_with_arrivals(BeamLoop(model, SPECIAL, 2), {0: [(0, first, cfg)], 10: [(1, second, cfg)]}, capacity)
     assert capacities[0] == 32 and max(capacities) == 70  # doubling would have reached 84 or 128
     assert [len(got[t][0].tokens) for t in (0, 1)] == [70, 70]
     assert_same(got[0], alone(model, first, cfg))
