@@ -92,8 +92,10 @@ class BeamLoop:
     the sentences that finished; drop() removes sentences nobody waits for.
     """
 
-    def __init__(self, model: Transformer, special: SpecialIds, beam_size: int) -> None:
+    def __init__(self, model: Transformer, special: SpecialIds, beam_size: int, max_sentences: int | None = None
+                 ) -> None:
         self.model, self.special, self.k = model, special, beam_size
+        self.max_sentences = max_sentences  # the most the caller admits at once: no cache room is made past it
         weight = next(model.parameters())
         self.device, self.dtype = weight.device, torch.promote_types(weight.dtype, torch.float32)  # of log P
         self.sentences: list[Sentence] = []
@@ -126,7 +128,7 @@ class BeamLoop:
         history = torch.full((B * self.k, 1), self.special.decoder_start, dtype=torch.long, device=self.device)
         scores = torch.full((B, self.k), -math.inf, device=self.device, dtype=self.dtype)
         scores[:, 0] = 0.0  # one live hypothesis per new sentence: its other beams start at log P = -inf
-        self.cache = new if self.cache is None else self.cache.joined(new)
+        self.cache = new if self.cache is None else self.cache.joined(new, self.max_sentences)
         columns = max(self.history.size(1), 1)
         self.history = torch.cat([self.history, _widen(history, columns)])
         self.scores = torch.cat([self.scores, scores])

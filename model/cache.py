@@ -187,34 +187,37 @@ class DecoderCache:
         copy = None if self.copy is None else CopySource(self.copy.keys_t[..., :S], self.copy.ids[..., :S])
         return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S], copy=copy)
 
-    def joined(self, new: DecoderCache) -> DecoderCache:
+    def joined(self, new: DecoderCache, max_sentences: int | None = None) -> DecoderCache:
         """This state with the sentences of `new` (same beams per sentence, nothing decoded yet) after its own.
 
         They take the free rows and slots of this cache's buffers, which are replaced by larger ones (copied)
-        only when full. The source axis becomes the longer of the two; the time axis keeps this cache's.
+        only when full: with room for as many sentences again, but never for more than max_sentences (the most
+        the caller will hold), since each growth of the time axis zeroes every row of room. The source axis
+        becomes the longer of the two; the time axis keeps this cache's.
         """
         assert new.step == 0 and new.beams == self.beams, "sentences join with their rows, before any step"
         B, S_old, S_new = self.sentences, self.cross_bias.size(-1), new.cross_bias.size(-1)
         S, t, R = max(S_old, S_new), self.step, self.rows + new.rows
+        room = _room(B + new.sentences, max_sentences)
         layers = []
         for old, add in zip(self.layers, new.layers, strict=True):
             if _row_capacity(old.kv) >= R:  # rows that left are free: take them
                 kv, spare = _with_rows(old.kv, R), _with_rows(old.spare, R)
-            else:  # new buffers, with room for as many rows again
-                kv = _with_rows(_buffer(old.kv, max(self.capacity, t + JOIN_ROOM), 2 * R), R)
-                spare = _with_rows(_buffer(old.kv, kv.size(3), 2 * R), R)
+            else:  # new buffers, with room for more rows
+                kv = _with_rows(_buffer(old.kv, max(self.capacity, t + JOIN_ROOM), room * self.beams), R)
+                spare = _with_rows(_buffer(old.kv, kv.size(3), room * self.beams), R)
                 kv[:self.rows, :, :, :t] = old.kv[:, :, :, :t]
-            k_t = _slots_joined(old.cross_k_t, add.cross_k_t, S, dim=-1)
-            v = _slots_joined(old.cross_v, add.cross_v, S, dim=-2)
+            k_t = _slots_joined(old.cross_k_t, add.cross_k_t, S, dim=-1, room=room)
+            v = _slots_joined(old.cross_v, add.cross_v, S, dim=-2, room=room)
             layers.append(LayerCache(kv=kv, spare=spare, cross_k_t=k_t, cross_v=v))
-        bias = _slots_joined(self.cross_bias, new.cross_bias, S, dim=-1, pad=float("-inf"))
+        bias = _slots_joined(self.cross_bias, new.cross_bias, S, dim=-1, pad=float("-inf"), room=room)
         if S_old < S:  # positions the view now shows were never this cache's sources: masked
             bias[:B, ..., S_old:] = float("-inf")
         slots = None if self.slots is None else self.slots + tuple(range(B, B + new.sentences))
         copy = None
         if self.copy is not None and new.copy is not None:
-            copy = CopySource(_slots_joined(self.copy.keys_t, new.copy.keys_t, S, dim=-1),
-                              _slots_joined(self.copy.ids, new.copy.ids, S, dim=-1))
+            copy = CopySource(_slots_joined(self.copy.keys_t, new.copy.keys_t, S, dim=-1, room=room),
+                              _slots_joined(self.copy.ids, new.copy.ids, S, dim=-1, room=room))
         return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots,
                             copy=copy)
 
@@ -249,18 +252,24 @@ def _compacted(slots: list[int]) -> list[tuple[int, int]]:
     return moved
 
 
-def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0) -> Tensor:
+def _room(sentences: int, most: int | None) -> int:
+    """Slots (sentences) a new buffer makes room for: twice those it holds, but no more than `most`."""
+    assert most is None or sentences <= most, f"{sentences} sentences in a loop that holds at most {most}"
+    return 2 * sentences if most is None else min(2 * sentences, most)
+
+
+def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0, room: int | None = None) -> Tensor:
     """old's B slots then add's, as a (B + B_new, ..., S, ...) view (the source axis `dim`, -1 or -2, of size S) of
-    old's buffer when it has room, else of a new buffer with room for twice as many slots. add's slots are
-    written up to its own source length; past it a bias gets pad (-inf), while keys and values keep what
-    the buffer held (finite, and masked)."""
+    old's buffer when it has room, else of a new buffer with room for `room` slots (default twice as many).
+    add's slots are written up to its own source length; past it a bias gets pad (-inf), while keys and values
+    keep what the buffer held (finite, and masked)."""
     B, n = old.size(0), old.size(0) + add.size(0)
     size = [n, *old.shape[1:]]
     size[dim] = S
     if _has_room(old, size, dim):
         out = old.as_strided(size, old.stride(), old.storage_offset())
     else:
-        out = old.new_zeros([2 * n, *size[1:]]).narrow(0, 0, n)
+        out = old.new_zeros([max(n, 2 * n if room is None else room), *size[1:]]).narrow(0, 0, n)
         out.narrow(dim, 0, old.size(dim))[:B] = old
     out[B:].narrow(dim, 0, add.size(dim)).copy_(add)
     if pad and add.size(dim) < S:

@@ -174,7 +174,7 @@ class Translator:
         holding at most max_size sentences and max_tokens source tokens (padding counted), refilled as
         sentences finish (once a quarter of the rows is free, so that joining costs little)."""
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))[::-1]  # popped from the end: shortest first
-        loop = self.loop(cfg.beam_size)
+        loop = self.loop(cfg.beam_size, max_size)
         while order or loop:
             free = max_size - len(loop)
             if order and (not loop or free >= min(len(order), max(1, max_size // 4))):
@@ -189,9 +189,10 @@ class Translator:
             for sentence in loop.step():
                 yield int(str(sentence.tag)), sentence.n_best()
 
-    def loop(self, beam_size: int) -> BeamLoop:
-        """An empty continuous beam search that texts (source ids) join and leave at every step."""
-        return BeamLoop(self.model, self.tokenizer.special, beam_size)
+    def loop(self, beam_size: int, max_sentences: int | None = None) -> BeamLoop:
+        """An empty continuous beam search that texts (source ids) join and leave at every step, at most
+        max_sentences at once if given."""
+        return BeamLoop(self.model, self.tokenizer.special, beam_size, max_sentences)
 
     def search(self, batch: list[list[int]], cfg: DecodingConfig,
                stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:

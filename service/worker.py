@@ -179,7 +179,7 @@ class Worker:
         for key, items in by_loop.items():
             loop = self.loops.get(key)
             if loop is None:
-                loop = self.loops[key] = self.translators[key[0]].loop(key[1])
+                loop = self.loops[key] = self.translators[key[0]].loop(key[1], s.max_batch_size)
             loop.admit([i.ids for i in items], [i.task.options for i in items], [i.tag for i in items])
             self.live.update((i.tag, i) for i in items)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.beam import BeamLoop, Hypothesis, pad_batch, search_all, survivors
-from model.cache import DecoderCache, row_spans
+from model.cache import DecoderCache, _row_capacity, row_spans
 from model.config import DecodingConfig
 from tests.conftest import SPECIAL
 from tests.model.test_beam import biased_model, sources
@@ -116,6 +116,32 @@ def test_the_cache_grows_no_further_than_the_longest_output_limit_of_its_sentenc
     assert [len(got[t][0].tokens) for t in (0, 1)] == [70, 70]
     assert_same(got[0], alone(model, first, cfg))
     assert_same(got[1], alone(model, second, cfg))
+
+
+@pytest.mark.parametrize("copy", [False, True])
+@torch.no_grad()
+def test_a_loop_makes_no_room_past_the_sentences_it_may_hold(copy: bool) -> None:
+    """max_sentences (the service's TRANSFORMER_MAX_BATCH_SIZE): rows and slots that joining makes room for stop
+    there, where doubling made room for twice the sentences, each growth then zeroing rows nobody fills."""
+    model = biased_model(eos_bias=-20.0, seed=3, max_len=128, copy=copy)  # every sentence runs to its limit
+    srcs = sources([5, 6, 7, 4, 8, 3], seed=2)
+    cfgs = [DecodingConfig(beam_size=2, max_len_a=0.0, max_len_b=n) for n in (40, 6, 30, 30, 20, 10)]
+    # 1 leaves first and the last sentence's slot moves into its own (cache.slots), then two join: new buffers
+    arrivals = {0: [(t, srcs[t], cfgs[t]) for t in range(4)], 9: [(t, srcs[t], cfgs[t]) for t in (4, 5)]}
+    rooms: list[tuple[int, int]] = []
+    slotted: list[bool] = []
+
+    def room(loop: BeamLoop) -> None:
+        if loop.cache is not None:
+            layer = loop.cache.layers[0]
+            rooms.append((_row_capacity(layer.kv), _row_capacity(layer.cross_v)))
+            slotted.append(loop.cache.slots is not None)
+
+    got, company = run_with_arrivals(BeamLoop(model, SPECIAL, 2, max_sentences=5), arrivals, room)
+    assert max(company.values()) == 5 and any(slotted)
+    assert max(rows for rows, _ in rooms) == 10 and max(slots for _, slots in rooms) == 5  # 5 sentences, 2 beams
+    for tag, src in enumerate(srcs):
+        assert_same(got[tag], alone(model, src, cfgs[tag]))
 
 
 @torch.no_grad()

@@ -46,8 +46,8 @@ def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(models_dir: Path
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
     real_loop, calls = translator.loop, []
 
-    def flaky(beam_size: int) -> BeamLoop:
-        loop = real_loop(beam_size)
+    def flaky(beam_size: int, max_sentences: int | None = None) -> BeamLoop:
+        loop = real_loop(beam_size, max_sentences)
         real_step = loop.step
 
         def step() -> list[Sentence]:
