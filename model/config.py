@@ -46,6 +46,9 @@ class ModelConfig:
     tie_output: bool = True  # target embedding doubles as the pre-softmax linear (§3.4)
     logits_bias: bool = False  # Marian's final_logits_bias
     copy: bool = False  # pointer-generator copying from the source (See et al., 2017; model.copy), for summaries
+    # Summaries: the encoder reads a document's first read_first tokens (EOS included) and no more, in training
+    # and in use, as See et al. (2017) truncate articles to 400 tokens; 0 reads the whole source.
+    read_first: int = 0
     ln_eps: float = 1e-5
 
     def __post_init__(self) -> None:
@@ -65,6 +68,9 @@ class ModelConfig:
                 "share_embeddings needs one vocabulary, but src_vocab_size "
                 f"({self.src_vocab_size}) != tgt_vocab_size ({self.tgt_vocab_size})"
             )
+        if self.read_first != 0 and not 2 <= self.read_first <= self.max_len:
+            raise ConfigError(f"read_first must be 0 (read all) or from 2 to max_len ({self.max_len}), "
+                              f"got {self.read_first}")
         if self.copy and not self.share_embeddings:
             raise ConfigError("copy needs one vocabulary for source and target (share_embeddings)")
         _check_choice("norm", self.norm, ("post", "pre"))
@@ -80,6 +86,12 @@ class ModelConfig:
     @property
     def n_dec(self) -> int:
         return self.N if self.N_dec is None else self.N_dec
+
+    def read(self, ids: list[int], eos: int) -> list[int]:
+        """The source ids (ending in EOS) the encoder reads: the first read_first of them, still ending in EOS."""
+        if not self.read_first or len(ids) <= self.read_first:
+            return ids
+        return [*ids[:self.read_first - 1], eos]
 
     @classmethod
     def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int | None = None,

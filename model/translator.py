@@ -140,7 +140,8 @@ class Translator:
             raise ConfigError(str(e)) from e
 
     def encode(self, texts: Sequence[str], truncate: bool = False) -> list[list[int]]:
-        """Source ids per text, each within the model's length limit."""
+        """Source ids per text, each within the model's length limit (of a summarizer that reads only a
+        document's first tokens, those: ModelConfig.read_first)."""
         if isinstance(texts, str):
             raise InputError("texts must be a list of strings, not one string")
         limit = self.model.cfg.max_len
@@ -148,7 +149,7 @@ class Translator:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise InputError(f"input {i} is {type(text).__name__}, not a string")
-            ids = self.tokenizer.encode_source(text)
+            ids = self.model.cfg.read(self.tokenizer.encode_source(text), self.tokenizer.special.eos)
             if len(ids) > limit:
                 if not truncate:
                     raise InputTooLongError(i, len(ids), limit)

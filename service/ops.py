@@ -53,7 +53,7 @@ async def metrics(state: State) -> PlainTextResponse:
 async def models(state: ReadyState, _: Owner) -> ModelsResponse:
     """Every model loaded: id, task, languages."""
     entries = [ModelEntry(id=m.id, task=m.task, source=m.meta.source_lang, target=m.meta.target_lang,
-                          max_length=m.max_len,
+                          max_length=m.max_len, reads_first=m.meta.model.read_first or None,
                           parameters={"N": m.meta.model.N, "d_model": m.meta.model.d_model,
                                       "d_ff": m.meta.model.d_ff, "h": m.meta.model.h},
                           dtype=m.dtype(state.settings.dtype), decoding=m.meta.decoding.changed())

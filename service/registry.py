@@ -40,7 +40,7 @@ class ModelInfo:
     def source_length(self, text: str, field: str, truncate: bool) -> int:
         """Source tokens of text (EOS included); InvalidRequest when it is longer than the model takes."""
         try:
-            n = len(self.tokenizer.encode_source(text))
+            n = len(self.meta.model.read(self.tokenizer.encode_source(text), self.tokenizer.special.eos))
         except InputError as e:
             raise InvalidRequest(field, str(e)) from None
         if n > self.max_len and not truncate:

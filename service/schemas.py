@@ -216,6 +216,9 @@ class ModelEntry(BaseModel):
     source: str | None
     target: str | None
     max_length: int = Field(description="longest input in tokens")
+    reads_first: int | None = Field(None, description=(
+        "a summarizer that reads only a document's first this many tokens (the rest is not summarized); "
+        "absent when the whole input is read"))
     parameters: dict[str, Any] = Field(description="N, d_model, d_ff, h of the checkpoint")
     dtype: str = Field("auto", description="the weights' type in the workers as configured (TRANSFORMER_DTYPE): "
                                           "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "

@@ -19,6 +19,8 @@ from training.vocab import VocabConfig
 
 CorpusKind = Literal["gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl"]
 CORPORA = ("gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl")
+# Corpus settings added after runs were made with the corpus key (TrainConfig.data_key): (section, name, default).
+KEYED_LATER = (("clean", "min_overlap", 0.0),)
 
 
 class TrainConfigError(ValueError):
@@ -132,6 +134,9 @@ class TrainConfig:
     def data_key(self) -> str:
         """A digest of what decides the corpus and vocabulary, to know when a cached one is stale."""
         parts = {k: dataclasses.asdict(getattr(self, k)) for k in ("data", "clean", "split", "vocab")}
+        for section, name, default in KEYED_LATER:  # at its default, as before it existed: older runs resume
+            if parts[section][name] == default:
+                del parts[section][name]
         return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

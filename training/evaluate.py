@@ -129,7 +129,7 @@ def evaluate_checkpoint(path: str | Path, pairs: Sequence[Pair], beam_size: int 
     """Scores of a saved checkpoint on held-out pairs: loss, perplexity, and BLEU/chrF or ROUGE."""
     translator = Translator.load(path, device=device)
     tok, special = translator.tokenizer, translator.tokenizer.special
-    corpus = encode(tok, list(pairs), translator.model.cfg.max_len, "encoding", progress=False)
+    corpus = encode(tok, list(pairs), translator.model.cfg, "encoding", progress=False)
     loss = corpus_loss(translator.model, corpus, special.pad, special.decoder_start, batch_tokens)
     sources, targets = [p.source for p in pairs], [p.target for p in pairs]
     scores, _ = evaluate(translator, sources, targets, loss, beam_size, translator.meta.task, progress)

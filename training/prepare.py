@@ -10,9 +10,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from model.config import ModelConfig
 from model.tokenizer import Tokenizer, TokenizerConfig
 from training.batching import EncodedCorpus
-from training.clean import CleanStats, clean, split
+from training.clean import CleanStats, clean, split, supported
 from training.config import DataConfig, TrainConfig, TrainConfigError
 from training.corpora import docstring_pairs, gettext_pairs
 from training.data import Pair, read_jsonl, read_parallel, read_tsv, write_jsonl
@@ -64,6 +65,7 @@ def build_corpus(cfg: TrainConfig, data_dir: Path, progress: bool = True) -> Non
     stats = CleanStats()
     pairs = tqdm(read_pairs(cfg.data), desc="reading corpus", unit=" pairs", disable=not progress)
     splits = split(clean(pairs, cfg.clean, stats), cfg.split)
+    splits.train = supported(splits.train, cfg.clean, stats)  # held-out pairs stay as they are
     for name in SPLITS:
         with (data_dir / f"{name}.jsonl").open("w", encoding="utf-8") as f:
             write_jsonl(getattr(splits, name), f)
@@ -83,19 +85,22 @@ def load_split(data_dir: Path, name: str) -> list[Pair]:
     return list(read_jsonl(data_dir / f"{name}.jsonl"))
 
 
-def encode(tokenizer: Tokenizer, pairs: list[Pair], max_len: int, desc: str, progress: bool) -> EncodedCorpus:
-    """Token ids of both sides; pairs longer than max_len tokens on either side are left out."""
+def encode(tokenizer: Tokenizer, pairs: list[Pair], model: ModelConfig, desc: str, progress: bool) -> EncodedCorpus:
+    """Token ids of both sides, sources as the model reads them (ModelConfig.read_first); pairs longer than
+    the model's max_len tokens on either side are left out."""
     sources, targets = [], []
     for p in tqdm(pairs, desc=desc, unit=" pairs", disable=not progress, mininterval=1.0):
-        s, t = tokenizer.encode_source(p.source), tokenizer.encode_target(p.target)
-        if len(s) <= max_len and len(t) <= max_len:
+        s = model.read(tokenizer.encode_source(p.source), tokenizer.special.eos)
+        t = tokenizer.encode_target(p.target)
+        if len(s) <= model.max_len and len(t) <= model.max_len:
             sources.append(s)
             targets.append(t)
     return EncodedCorpus.build(sources, targets)
 
 
-def prepare(cfg: TrainConfig, max_len: int, progress: bool = True, build: bool = True) -> Prepared:
-    """Build the corpus and vocabulary unless cached for the same data settings, then encode."""
+def prepare(cfg: TrainConfig, model: ModelConfig, progress: bool = True, build: bool = True) -> Prepared:
+    """Build the corpus and vocabulary unless cached for the same data settings, then encode them for the
+    model (its max_len and read_first; the vocabulary sizes are not read)."""
     data_dir = Path(cfg.run_dir) / "data"
     key = data_dir / "key"
     if not (key.is_file() and key.read_text() == cfg.data_key()):
@@ -108,7 +113,7 @@ def prepare(cfg: TrainConfig, max_len: int, progress: bool = True, build: bool =
     train_pairs, dev_pairs, test_pairs = (load_split(data_dir, name) for name in SPLITS)
     return Prepared(
         tokenizer_dir=tok_dir, tokenizer=tokenizer,
-        train=encode(tokenizer, train_pairs, max_len, "encoding train", progress),
-        dev=encode(tokenizer, dev_pairs, max_len, "encoding dev", False),
+        train=encode(tokenizer, train_pairs, model, "encoding train", progress),
+        dev=encode(tokenizer, dev_pairs, model, "encoding dev", False),
         dev_pairs=dev_pairs, test_pairs=test_pairs,
     )

@@ -118,12 +118,12 @@ class Trainer:
     def _prepare(self) -> Prepared:
         """Rank 0 builds the corpus (cached in run_dir/data); the other ranks wait, then read it."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        max_len = self.cfg.model_config(16, 16).max_len
+        shape = self.cfg.model_config(16, 16)  # max_len and read_first: the vocabulary is not built yet
         if self.cluster.main:
-            data = prepare(self.cfg, max_len, self.progress)
+            data = prepare(self.cfg, shape, self.progress)
         self._barrier()
         if not self.cluster.main:
-            data = prepare(self.cfg, max_len, progress=False, build=False)
+            data = prepare(self.cfg, shape, progress=False, build=False)
         return data
 
     def _barrier(self) -> None:

@@ -49,6 +49,9 @@ def test_preset_overrides_and_separate_target_vocab() -> None:
     {"d_ff": 0},
     {"max_len": 0},
     {"tgt_vocab_size": 200},  # share_embeddings with two vocabulary sizes
+    {"read_first": 1},  # only the EOS
+    {"read_first": -5},
+    {"read_first": 1025},  # more than max_len
 ])
 def test_model_config_rejects(kwargs: dict[str, object]) -> None:
     base: dict[str, object] = {"src_vocab_size": 100, "tgt_vocab_size": 100, "d_model": 64, "h": 4, "d_ff": 128}
@@ -59,6 +62,13 @@ def test_model_config_rejects(kwargs: dict[str, object]) -> None:
 def test_model_config_accepts_valid_shapes() -> None:
     ModelConfig(src_vocab_size=100, tgt_vocab_size=100, d_model=30, h=2, d_ff=8)
     ModelConfig(src_vocab_size=100, tgt_vocab_size=100, d_model=64, h=64, d_ff=1, p_drop=0.0)
+
+
+def test_read_first_cuts_a_source_and_keeps_its_eos() -> None:
+    cfg = ModelConfig(src_vocab_size=100, tgt_vocab_size=100, read_first=4)
+    assert cfg.read([5, 6, 7, 8, 9, 3], eos=3) == [5, 6, 7, 3]
+    assert cfg.read([5, 6, 7, 3], eos=3) == [5, 6, 7, 3]
+    assert ModelConfig(src_vocab_size=100, tgt_vocab_size=100).read([5, 6, 7, 8, 9, 3], eos=3) == [5, 6, 7, 8, 9, 3]
 
 
 def test_model_config_error_messages_name_the_problem() -> None:

@@ -190,3 +190,21 @@ def test_bfloat16_on_cpu_translates(checkpoint_dir: Path, sentences: list[str]) 
     assert next(tr.model.parameters()).dtype == torch.bfloat16
     [t] = tr.translate(sentences[:1], beam_size=2, **FAST)
     assert isinstance(t.text, str)
+
+
+def test_a_summarizer_reads_only_the_first_read_first_tokens(tmp_path: Path, spm_dir: Path, vocab_size: int) -> None:
+    """ModelConfig.read_first (See et al., 2017): a document longer than the model takes is no error, and
+    what it says after its first read_first - 1 pieces does not change the summary."""
+    directory = save_random_checkpoint(tmp_path / "reader", spm_dir, vocab_size, seed=5, max_len=16, read_first=10,
+                                       task="summarization")
+    reader = Translator.load(directory, device="cpu")
+    text, other = long_text(), long_text(60)
+    pieces = reader.tokenizer.source_pieces(text)
+    assert len(reader.encode([text])[0]) == 10 and len(pieces) > 16
+    [t] = reader.translate([text], return_attention=True, beam_size=2, **FAST)
+    assert t.attention is not None and t.attention.source_tokens == [*pieces[:9], "</s>"]
+    same_start = " ".join(text.split()[:12]) + " " + " ".join(other.split()[12:])
+    assert reader.tokenizer.source_pieces(same_start)[:9] == pieces[:9]
+    [u] = reader.translate([same_start], beam_size=2, **FAST)
+    assert (u.text, u.score) == (t.text, t.score)
+    assert reader.encode(["kalo mine"]) == [reader.tokenizer.encode_source("kalo mine")]  # short ones as they are

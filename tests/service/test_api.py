@@ -18,7 +18,7 @@ from model.quantize import int8_unsupported
 from model.translator import Translator
 from service.app import create_app
 from service.settings import ServiceSettings
-from tests.conftest import make_sentences
+from tests.conftest import SPM_VOCAB, make_sentences, save_random_checkpoint
 
 SHORT = {"max_length": 6}  # random weights decode to the length limit: keep outputs short
 
@@ -215,6 +215,23 @@ def test_malformed_and_oversized_bodies(client: TestClient, models_dir: Path) ->
 def test_truncate_on_request(client: TestClient) -> None:
     r = client.post("/translate", json={"q": LONG, "truncate": True, **SHORT})
     assert r.status_code == 200, r.text
+
+
+def test_a_summarizer_that_reads_the_first_tokens_takes_any_length(tmp_path: Path, spm_dir: Path) -> None:
+    """read_first: a document longer than the model's limit is summarized from its first tokens, without
+    truncate, and /models says how many it reads."""
+    save_random_checkpoint(tmp_path / "reader", spm_dir, SPM_VOCAB, seed=2, task="summarization", max_len=16,
+                           read_first=12)
+    c = ready_client(tmp_path)
+    try:
+        [entry] = c.get("/models").json()["models"]
+        assert entry["max_length"] == 16 and entry["reads_first"] == 12
+        r = c.post("/summarize", json={"q": LONG, **SHORT})
+        assert r.status_code == 200, r.text
+        want = Translator.load(tmp_path / "reader").translate([LONG], max_len_a=0.0, max_len_b=6)[0]
+        assert r.json()["summaries"][0]["text"] == want.text
+    finally:
+        c.__exit__(None, None, None)
 
 
 ALPHA, BETA = "alpha-0123456789abcdef", "beta-0123456789abcdef"

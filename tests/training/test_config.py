@@ -44,11 +44,20 @@ def test_overrides_reach_nested_sections(tmp_path: Path) -> None:
     (["data.corpus=parallel"], "two files"),
     (["max_steps"], "not KEY=VALUE"),
     (["model.heads=3"], "unknown model options"),
+    (["clean.min_overlap=2"], "min_overlap"),
+    (["model.read_first=1"], "read_first"),
 ])
 def test_bad_values_are_named(overrides: list[str], message: str) -> None:
     with pytest.raises(TrainConfigError, match=message):
         cfg = load_config(None, overrides)
         cfg.model_config(100, 100)
+
+
+def test_corpus_settings_added_later_keep_older_runs_keys() -> None:
+    """A run resumes only on the corpus it was trained on (its key); clean.min_overlap, added later, changes the
+    key when set and leaves it as it was (this digest, made before it existed) when not."""
+    assert load_config(CONFIGS / "base.yaml").data_key() == "f369eafce96def8d"
+    assert load_config(CONFIGS / "base.yaml", ["clean.min_overlap=0.3"]).data_key() != "f369eafce96def8d"
 
 
 def test_bad_yaml_names_the_file(tmp_path: Path) -> None:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from training.batching import EncodedCorpus, collate, token_batches
-from training.clean import CleanConfig, CleanStats, SplitConfig, clean, split
-from training.data import Pair
+from training.clean import CleanConfig, CleanStats, SplitConfig, clean, overlap, split
+from training.config import from_dict
+from training.data import Pair, read_jsonl
 from training.optim import label_smoothed_loss, noam_rate
+from training.prepare import build_corpus
 
 
 def test_clean_drops_empty_long_skewed_and_duplicate_pairs() -> None:
@@ -24,7 +28,8 @@ def test_clean_drops_empty_long_skewed_and_duplicate_pairs() -> None:
     stats = CleanStats()
     kept = list(clean(pairs, CleanConfig(max_words=20, max_ratio=3.0), stats))
     assert [(p.source, p.target) for p in kept] == [("hello world", "hallo welt"), ("fine", "gut")]
-    assert stats.as_dict() == {"kept": 2, "empty": 1, "length": 1, "ratio": 1, "duplicate": 1, "origin_cap": 0}
+    assert stats.as_dict() == {"kept": 2, "empty": 1, "length": 1, "ratio": 1, "duplicate": 1, "origin_cap": 0,
+                              "overlap": 0}
 
 
 def test_clean_keeps_the_first_pairs_of_each_origin_up_to_its_cap() -> None:
@@ -36,6 +41,37 @@ def test_clean_keeps_the_first_pairs_of_each_origin_up_to_its_cap() -> None:
     assert len(list(clean(pairs, CleanConfig()))) == 40
     with pytest.raises(ValueError, match="max_per_origin"):
         CleanConfig(max_per_origin=-1)
+
+
+def test_overlap_counts_the_summary_content_words_found_in_the_document() -> None:
+    doc = "The chage command changes the number of days between password changes."
+    assert overlap(Pair(doc, "change user password expiry information")) == pytest.approx(1 / 5)
+    assert overlap(Pair(doc, "Changes the PASSWORD of the days")) == 1.0  # function words aside, any case
+    assert overlap(Pair(doc, "of the")) == 1.0  # nothing to find
+    assert overlap(Pair(doc, "Helper function for expand_mul.")) == 0.0
+    with pytest.raises(ValueError, match="min_overlap"):
+        CleanConfig(min_overlap=1.5)
+
+
+def test_min_overlap_leaves_unsupported_pairs_out_of_training_only(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(60)]
+    with (tmp_path / "pairs.jsonl").open("w") as f:
+        for i in range(600):
+            doc = rng.sample(words, 12)
+            summary = doc[:3] if i % 2 else ["zz", *rng.sample(words, 2)]  # odd: taken from the document
+            f.write(json.dumps({"source": " ".join(doc), "target": " ".join(summary)}) + "\n")
+    cfg = from_dict({"run_dir": str(tmp_path / "run"), "task": "summarization", "source_lang": "en",
+                     "target_lang": "en", "data": {"corpus": "jsonl", "paths": [str(tmp_path / "pairs.jsonl")]},
+                     "clean": {"min_overlap": 0.5, "max_ratio": 0}, "split": {"dev": 0.1, "test": 0.1},
+                     "vocab": {"size": 80}})
+    build_corpus(cfg, tmp_path / "data", progress=False)
+    splits = {name: list(read_jsonl(tmp_path / "data" / f"{name}.jsonl")) for name in ("train", "dev", "test")}
+    assert splits["train"] and all(overlap(p) >= 0.5 for p in splits["train"])
+    held_out = splits["dev"] + splits["test"]
+    assert any(overlap(p) < 0.5 for p in held_out) and any(overlap(p) >= 0.5 for p in held_out)
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert stats["clean"]["overlap"] + len(splits["train"]) + len(held_out) == 600
 
 
 def test_split_is_deterministic_disjoint_and_holds_out_origins() -> None:

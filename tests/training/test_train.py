@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -23,7 +24,7 @@ from model.checkpoint import quantize_checkpoint, read_meta
 from model.quantize import int8_unsupported
 from service.cli import main
 from training.config import TrainConfigError, from_dict
-from training.trainer import METRICS_FILE, train
+from training.trainer import METRICS_FILE, Trainer, train
 
 ROOT = Path(__file__).parents[2]
 
@@ -152,6 +153,19 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path,
         assert checkpoint.decoding.changed() == decoding and checkpoint.model.copy
     with pytest.raises(TrainConfigError, match="decoding: unknown decoding options"):
         from_dict(settings(tmp_path / "bad", corpus, decoding={"beams": 2}))
+
+
+def test_read_first_cuts_the_training_sources_and_travels_with_the_checkpoint(tmp_path: Path, corpus: Path) -> None:
+    """model.read_first: the model trains on the documents' first tokens, as it will read them in use."""
+    cfg = from_dict(settings(tmp_path / "reader", corpus, model={"d_model": 32, "d_ff": 64, "read_first": 4},
+                             max_steps=2))
+    data = Trainer(cfg).data
+    lengths, target_lengths = np.diff(data.train.src_offsets), np.diff(data.train.tgt_offsets)
+    assert lengths.max() == 4 and target_lengths.max() > 4  # sources cut (EOS kept), targets whole
+    eos = data.tokenizer.special.eos
+    ends = data.train.src[data.train.src_offsets[1:] - 1]
+    assert (ends == eos).all()
+    assert read_meta(train(cfg) / "best").model.read_first == 4
 
 
 def test_bfloat16_autocast_training_evaluates_on_the_dev_split(tmp_path: Path, corpus: Path) -> None:
