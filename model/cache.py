@@ -258,9 +258,9 @@ def _room(sentences: int, most: int | None) -> int:
     return 2 * sentences if most is None else min(2 * sentences, most)
 
 
-def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0, room: int | None = None) -> Tensor:
+def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, room: int, pad: float = 0.0) -> Tensor:
     """old's B slots then add's, as a (B + B_new, ..., S, ...) view (the source axis `dim`, -1 or -2, of size S) of
-    old's buffer when it has room, else of a new buffer with room for `room` slots (default twice as many).
+    old's buffer when it has room, else of a new buffer with room for `room` slots (_room: B + B_new or more).
     add's slots are written up to its own source length; past it a bias gets pad (-inf), while keys and values
     keep what the buffer held (finite, and masked)."""
     B, n = old.size(0), old.size(0) + add.size(0)
@@ -269,7 +269,7 @@ def _slots_joined(old: Tensor, add: Tensor, S: int, dim: int, pad: float = 0.0, 
     if _has_room(old, size, dim):
         out = old.as_strided(size, old.stride(), old.storage_offset())
     else:
-        out = old.new_zeros([max(n, 2 * n if room is None else room), *size[1:]]).narrow(0, 0, n)
+        out = old.new_zeros([room, *size[1:]]).narrow(0, 0, n)
         out.narrow(dim, 0, old.size(dim))[:B] = old
     out[B:].narrow(dim, 0, add.size(dim)).copy_(add)
     if pad and add.size(dim) < S:
