@@ -73,6 +73,7 @@ class Level:
     p99_ms: float
     mean_batch: float = 0.0  # texts per decoding step, from the server's /metrics
     busy: float = 0.0  # the share of the wall time the server spent in beam search, from its /metrics
+    admitting: float = 0.0  # the share it spent encoding texts and joining them to the search (admission)
 
 
 def made_up_text(n: int, seed: int, min_words: int = 6, max_words: int = 20) -> list[str]:
@@ -211,12 +212,14 @@ async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespa
             c.close()
 
 
-def batches_so_far(url: str) -> tuple[float, float, float]:
-    """(decoding steps, texts x steps, seconds of beam search) of the server so far."""
+def batches_so_far(url: str) -> tuple[float, float, float, float]:
+    """(decoding steps, texts x steps, seconds of beam search steps, seconds of admission) of the server so far."""
     metrics = dict(line.split(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
-                   if line.startswith(("transformer_batch_size_", "transformer_decode_seconds_total")))
+                   if line.startswith(("transformer_batch_size_", "transformer_decode_seconds_total",
+                                       "transformer_admit_seconds_total")))
     return (float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"]),
-            float(metrics["transformer_decode_seconds_total"]))
+            float(metrics["transformer_decode_seconds_total"]),
+            float(metrics.get("transformer_admit_seconds_total", "nan")))  # nan: a --before checkout without it
 
 
 def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace,
@@ -239,10 +242,11 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
             q = statistics.quantiles(lat, n=100, method="inclusive")
             level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
                           1000 * statistics.median(lat), 1000 * q[98],
-                          (after[1] - before[1]) / max(1.0, after[0] - before[0]), (after[2] - before[2]) / seconds)
+                          (after[1] - before[1]) / max(1.0, after[0] - before[0]), (after[2] - before[2]) / seconds,
+                          (after[3] - before[3]) / seconds)
             print(f"  {mode:8s} N={n:3d}: {level.requests_per_s:8.1f} sentences/s  "
                   f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/step  "
-                  f"busy {100 * level.busy:3.0f}%", flush=True)
+                  f"busy {100 * level.busy:3.0f}%  admitting {100 * level.admitting:3.0f}%", flush=True)
             out.append(level)
         if ceiling is not None:
             out.append(ceiling(0))

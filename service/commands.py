@@ -84,7 +84,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_worker(args: argparse.Namespace) -> int:
     from service.redis_queue import RedisWorkSource
-    from service.state import wait_for_models
+    from service.state import freeze_loaded, wait_for_models
     from service.worker import Worker
     s = settings_from(args, models_dir="models_dir", redis_url="redis_url", name="worker_name")
     configure_logging(s.log_format)
@@ -99,6 +99,7 @@ def run_worker(args: argparse.Namespace) -> int:
     if registry is None:
         return 0
     translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
+    freeze_loaded()
     beat = min(5.0, s.claim_idle_ms / 3000)  # three heartbeats within the time after which tasks are reclaimed
     source = RedisWorkSource(s, beat_every_s=beat)
     source.start()

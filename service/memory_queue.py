@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from service.errors import QueueFull, RequestTimeout
-from service.queue import Bucket, batch_stats
+from service.queue import Bucket, admission_stats, batch_stats
 from service.settings import ServiceSettings
 from service.tasks import JobState, Task, TaskResult, TaskStatus
 
@@ -184,6 +184,12 @@ class MemoryQueue:
         self.in_flight = (tasks, texts)
 
     def record_batch(self, sentences: int, finished: int, seconds: float) -> None:
+        self._count(batch_stats(sentences, finished, seconds))
+
+    def record_admission(self, texts: int, seconds: float) -> None:
+        self._count(admission_stats(texts, seconds))
+
+    def _count(self, increments: dict[str, float]) -> None:
         with self.lock:
-            for k, v in batch_stats(sentences, finished, seconds).items():
+            for k, v in increments.items():
                 self.counters[k] = self.counters.get(k, 0.0) + v

@@ -69,6 +69,9 @@ class WorkSource(Protocol):
     def record_batch(self, sentences: int, finished: int, seconds: float) -> None:
         """One decoding step of `sentences` texts, `finished` of which ended."""
 
+    def record_admission(self, texts: int, seconds: float) -> None:
+        """`texts` texts encoded and joined to a running search (model.beam.BeamLoop.admit) in `seconds`."""
+
 
 def batch_stats(sentences: int, finished: int, seconds: float) -> dict[str, float]:
     """Counter increments for one decoding step of `sentences` texts (one token each), `finished` of which
@@ -79,6 +82,11 @@ def batch_stats(sentences: int, finished: int, seconds: float) -> dict[str, floa
         if sentences <= b:
             out[f"batch_size_le_{b}"] = 1.0
     return out
+
+
+def admission_stats(texts: int, seconds: float) -> dict[str, float]:
+    """Counter increments for one admission of `texts` texts into a running search."""
+    return {"admissions_total": 1.0, "admitted_texts_total": float(texts), "admit_seconds_total": seconds}
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from service import redis_scripts
 from service.errors import QueueFull, RequestTimeout, Unavailable
 from service.keys import Keys
-from service.queue import SourceUnavailable, batch_stats
+from service.queue import SourceUnavailable, admission_stats, batch_stats
 from service.settings import ServiceSettings
 from service.tasks import ErrorKind, JobState, Output, Task, TaskResult, TaskStatus
 
@@ -187,6 +187,7 @@ class RedisWorkSource:
         self.load = (0, 0)
         self.replayed = False
         self.max_result_bytes = settings.max_result_bytes
+        self.admitted: dict[str, float] = {}  # admission counters, sent with the next step's (record_batch)
         self.beat_every_s = beat_every_s
         self.stopping = threading.Event()
         self.heart = threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True)
@@ -340,11 +341,20 @@ class RedisWorkSource:
         self.load = (tasks, texts)
 
     def record_batch(self, sentences: int, finished: int, seconds: float) -> None:
+        increments = batch_stats(sentences, finished, seconds)
+        for name, v in self.admitted.items():
+            increments[name] = increments.get(name, 0.0) + v
         with self._redis():
             p = self.r.pipeline(transaction=False)
-            for name, v in batch_stats(sentences, finished, seconds).items():
+            for name, v in increments.items():
                 p.hincrbyfloat(self.keys.stats, name, v)
             p.execute()
+        self.admitted = {}
+
+    def record_admission(self, texts: int, seconds: float) -> None:
+        """Counted here and sent with the step that follows it (a step always does), not a round trip of its own."""
+        for name, v in admission_stats(texts, seconds).items():
+            self.admitted[name] = self.admitted.get(name, 0.0) + v
 
     # -- the heartbeat thread --------------------------------------------------------------------
 

@@ -180,7 +180,9 @@ class Worker:
             loop = self.loops.get(key)
             if loop is None:
                 loop = self.loops[key] = self.translators[key[0]].loop(key[1], s.max_batch_size)
+            start = time.perf_counter()
             loop.admit([i.ids for i in items], [i.task.options for i in items], [i.tag for i in items])
+            self.source.record_admission(len(items), time.perf_counter() - start)
             self.live.update((i.tag, i) for i in items)
 
     def decode_step(self, key: LoopKey) -> None:

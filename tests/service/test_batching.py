@@ -82,9 +82,14 @@ def test_100_concurrent_requests_equal_translator_alone(serve: Callable[..., Ser
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
     alone = [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
     assert [r.json()["translatedText"] for r in responses] == alone
-    steps, sentence_steps = batch_sizes(httpx.get(f"{server.url}/metrics").text)
+    metrics = httpx.get(f"{server.url}/metrics").text
+    steps, sentence_steps = batch_sizes(metrics)
     assert sentence_steps <= 100 * 8  # each text decoded once, at most 8 steps
     assert sentence_steps / steps > 4, f"{sentence_steps / steps:.1f} texts per step: the loop did not share rows"
+    assert "transformer_admitted_texts_total 100" in metrics  # each joined the running search once,
+    admissions = float(re.search(r"^transformer_admissions_total (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
+    assert 1 <= admissions < 100  # several at a time
+    assert float(re.search(r"^transformer_admit_seconds_total (\S+)$", metrics, re.M).group(1)) > 0  # type: ignore[union-attr]
 
 
 OPTION_SETS: list[dict[str, object]] = [

@@ -49,6 +49,7 @@ def test_concurrent_requests_through_two_workers(serve: Callable[..., Server], r
     metrics = httpx.get(f"{server.url}/metrics").text
     steps, text_steps = batch_sizes(metrics)
     assert "transformer_texts_decoded_total 100" in metrics  # each text decoded once
+    assert "transformer_admitted_texts_total 100" in metrics  # and joined a search once
     assert text_steps / steps > 2, f"{text_steps / steps:.1f} texts per step: the loops did not share rows"
     metrics = httpx.get(f"{server.url}/metrics").text
     assert "transformer_workers 2" in metrics, [m for m in metrics.splitlines() if "workers" in m]
