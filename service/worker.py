@@ -20,7 +20,7 @@ from service.tasks import Task, TaskResult
 log = logging.getLogger("service")
 LoopKey = tuple[str, int]  # model, beam size (Item.loop_key)
 PROGRESS_EVERY_S = 0.5  # how often a job's progress is written
-ADMIT_TOGETHER = 8  # while busy, texts join once 1/8 of max_batch_size (or of the free rows) are waiting,
+ADMIT_TOGETHER = 8  # while busy, texts join once 1/8 of max_batch_size can (as many waiting, as many rows free),
 ADMIT_WAIT_STEPS = 3  # or after this many steps
 
 
@@ -149,12 +149,14 @@ class Worker:
         """Give free rows to waiting texts within the budgets: max_batch_size texts, and max_batch_tokens
         source tokens counting each loop's padding.
 
-        Encoding texts one at a time costs several times encoding them together, so while the loops are busy,
-        texts join once a few are waiting (ADMIT_TOGETHER of the free rows) or after ADMIT_WAIT_STEPS steps."""
+        An admission costs some milliseconds whatever it holds (encoding one text takes most of the time of
+        encoding several), so while the loops are busy, texts join once a few can (1/ADMIT_TOGETHER of
+        max_batch_size are waiting and as many rows are free) or after ADMIT_WAIT_STEPS steps: under load, when
+        one or two rows free up at a step, not one or two texts at every step."""
         s = self.settings
         count = self.sentences
         free = s.max_batch_size - count
-        few = len(self.pool.waiting) < min(free, max(1, s.max_batch_size // ADMIT_TOGETHER))
+        few = min(len(self.pool.waiting), free) < max(1, s.max_batch_size // ADMIT_TOGETHER)
         if count and few and self.deferred < ADMIT_WAIT_STEPS:
             self.deferred += 1
             return

@@ -15,7 +15,7 @@ from model.translator import Translator
 from service.memory_queue import MemoryQueue
 from service.settings import ServiceSettings
 from service.tasks import Hyp, Output, Task, TaskResult
-from service.worker import Worker
+from service.worker import ADMIT_WAIT_STEPS, Worker
 
 SHORT = DecodingConfig(max_len_a=0.0, max_len_b=5)
 
@@ -97,3 +97,33 @@ def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_t
         assert await queue.state(first.id, None) is None  # expired
         assert await queue.state(second.id, None) is not None  # still running: never expires
     asyncio.run(go())
+
+
+def test_under_load_texts_join_several_at_a_time_not_one_per_freed_row(models_dir: Path) -> None:
+    """Every admission encodes its texts together at a cost of milliseconds whatever it holds: when one row of a
+    full loop frees up while many texts wait, they wait (a few steps at most) for more rows, then join together."""
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    settings = ServiceSettings(max_batch_size=16)  # texts join 16 // ADMIT_TOGETHER = 2 at a time
+    queue = MemoryQueue(settings)
+    worker = Worker(queue, {"m": translator}, settings)
+    worker.admit([Task("m", [f"kalo mine {i}" for i in range(30)], SHORT)])
+    worker.fill()  # an empty loop takes what fits at once
+    [loop] = worker.loops.values()
+    assert len(loop) == 16 and len(worker.pool.waiting) == 14
+
+    def finish(n: int) -> None:  # n texts leave the loop, as when their searches end
+        tags = [s.tag for s in loop.sentences[:n]]
+        loop.drop(set(tags))
+        for tag in tags:
+            del worker.live[tag]
+
+    finish(1)
+    for _ in range(ADMIT_WAIT_STEPS):
+        worker.fill()
+        assert len(loop) == 15  # one row free: waiting for another rather than encoding a single text
+    worker.fill()
+    assert len(loop) == 16  # but not for long
+    finish(2)
+    worker.fill()
+    assert len(loop) == 16 and len(worker.pool.waiting) == 11  # two rows free: both taken at once
+    assert queue.counters["admissions_total"] == 3 and queue.counters["admitted_texts_total"] == 19
