@@ -37,9 +37,11 @@ class Keys:
         """List: one Output JSON per text, in order (pages of a job are LRANGEs of it)."""
         return f"{self.prefix}:results:{task_id}"
 
-    def done(self, task_id: str) -> str:
-        """List a waiting API process BLPOPs; one element is pushed when the task ends."""
-        return f"{self.prefix}:done:{task_id}"
+    @property
+    def answered(self) -> str:
+        """Channel (not a key): the id of every request that ends is published here; each API process listens
+        once and wakes the requests it is waiting for."""
+        return f"{self.prefix}:answered"
 
     def worker(self, name: str) -> str:
         """A worker's heartbeat, JSON {"tasks", "texts"} in flight (expires when the worker stops beating)."""

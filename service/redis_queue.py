@@ -8,6 +8,8 @@ result_ttl_s, its outputs in a list that GET /jobs/{id} reads a page at a time."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -38,6 +40,12 @@ DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 T = TypeVar("T")
 GONE = "the queue (Redis) is unreachable"
 ACTIVE = (TaskStatus.queued.value, TaskStatus.running.value)
+# An API process's Redis connections: commands in flight at once; more wait up to POOL_WAIT_S for one. A waiting
+# request holds none (one listener per process wakes them all), so a thousand requests in flight need a few.
+MAX_CONNECTIONS = 64
+POOL_WAIT_S = 10.0
+ANSWER_POLL_S = 2.0  # a waiting request also looks at its task this often, in case its notification was lost
+LISTEN_RETRY_S = 0.5  # the listener's pause before it subscribes again after losing Redis
 
 
 def _text(v: bytes | str | None) -> str | None:
@@ -51,16 +59,26 @@ def request_ttl(settings: ServiceSettings) -> int:
 
 class RedisQueue:
     """The API's side (asyncio). Redis errors become 503 Unavailable; a stale pooled connection (Redis
-    restarted) is retried once on a new one, so the first request after a restart is answered."""
+    restarted) is retried once on a new one, so the first request after a restart is answered.
+
+    A request waits without a connection of its own: the worker's FINISH publishes the id of every request that
+    ends, and one listener per process (subscribed before the first request is added) wakes its waiter, which
+    then reads and deletes the answer in one step. A notification lost while the listener reconnected costs at
+    most ANSWER_POLL_S: waiters look anyway that often, and all of them look once it is back."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         assert settings.redis_url is not None
         self.s = settings
         self.keys = Keys(settings.queue_prefix)
-        self.r = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=2,
-                                         health_check_interval=5,
-                                         retry=redis.asyncio.retry.Retry(NoBackoff(), 1))
-        self.throttle_script = self.r.register_script(redis_scripts.THROTTLE)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, socket_timeout=10,
+            socket_connect_timeout=2, health_check_interval=5, retry=redis.asyncio.retry.Retry(NoBackoff(), 1))
+        self.r = aioredis.Redis.from_pool(pool)
+        self.scripts = {name: self.r.register_script(getattr(redis_scripts, name))
+                        for name in ("SUBMIT", "TAKE", "THROTTLE")}
+        self.waiting: dict[str, asyncio.Event] = {}  # request id -> set when its answer may be there
+        self.listener: asyncio.Task[None] | None = None
+        self.subscribed = asyncio.Event()
 
     async def _call(self, aw: Awaitable[T]) -> T:
         try:
@@ -69,45 +87,82 @@ class RedisQueue:
             log.warning("%s: %s", GONE, e)  # the address stays in the log, never in an answer
             raise Unavailable(GONE, retry_after=2) from e
 
+    async def _listen(self) -> None:
+        """Wake the waiting requests whose ids FINISH publishes; subscribe again whenever Redis is lost."""
+        while True:
+            pubsub = self.r.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.answered)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self.subscribed.set()
+                        for event in self.waiting.values():  # whatever ended while we were away
+                            event.set()
+                    elif message["type"] == "message" and (waiter := self.waiting.get(_text(message["data"]) or "")):
+                        waiter.set()
+            except DOWN as e:
+                log.warning("%s (listening for answers): %s", GONE, e)
+            finally:
+                self.subscribed.clear()
+                with contextlib.suppress(*DOWN):
+                    await pubsub.aclose()
+            await asyncio.sleep(LISTEN_RETRY_S)
+
+    async def _listening(self) -> None:
+        """Start the listener with the first request, and give its subscription a moment to be confirmed."""
+        if self.listener is None or self.listener.done():
+            self.listener = asyncio.create_task(self._listen(), name="redis-answers")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.subscribed.wait(), 1.0)
+
     async def submit(self, task: Task) -> None:
         k = self.keys
-        depth = int(await self._call(self.r.xlen(k.stream)))
-        if depth >= self.s.max_queue:
-            raise QueueFull(f"the queue is full ({depth} tasks); try again shortly", 1)
         ttl = self.s.result_ttl_s if task.kind == "job" else request_ttl(self.s)
-
-        async def add() -> None:
-            async with self.r.pipeline(transaction=True) as p:
-                p.hset(k.job(task.id), mapping={"kind": task.kind, "status": TaskStatus.queued.value, "done": 0,
-                                                "total": len(task.texts), "model": task.model,
-                                                "owner": task.owner or ""})
-                p.expire(k.job(task.id), ttl)
-                p.xadd(k.stream, {"task": task.to_json()})
-                await p.execute()
-        await self._call(add())
+        fields = {"kind": task.kind, "status": TaskStatus.queued.value, "done": 0, "total": len(task.texts),
+                  "model": task.model, "owner": task.owner or ""}
+        request = task.kind == "request"
+        if request:  # waited on from before it is added: its notification cannot come first
+            await self._listening()
+            self.waiting[task.id] = asyncio.Event()
+        try:
+            depth = int(await self._call(self.scripts["SUBMIT"](
+                keys=[k.stream, k.job(task.id)],
+                args=[self.s.max_queue, ttl, task.to_json(), *(x for kv in fields.items() for x in kv)])))
+        except BaseException:
+            self.waiting.pop(task.id, None)
+            raise
+        if depth >= 0:
+            self.waiting.pop(task.id, None)
+            raise QueueFull(f"the queue is full ({depth} tasks); try again shortly", 1)
 
     async def wait(self, task_id: str, timeout: float) -> TaskResult:
         """Block until the task is answered; 504 after timeout, 503 when Redis is down or lost the task."""
         k, deadline = self.keys, time.monotonic() + timeout
-        while True:
-            status, error, kind = await self._call(self.r.hmget(k.job(task_id), "status", "error", "error_kind"))
-            if status in (b"done", b"failed"):
-                break
-            if status is None:
-                raise Unavailable("the queue lost this request (Redis restarted); send it again", retry_after=1)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
-                raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
-            await self._call(self.r.blpop([k.done(task_id)], timeout=min(left, 2.0)))
-
-        async def take() -> list[bytes]:  # read the answer and forget the request
-            async with self.r.pipeline(transaction=True) as p:
-                p.lrange(k.results(task_id), 0, -1)
-                p.delete(k.job(task_id), k.results(task_id), k.done(task_id))
-                raw, _ = await p.execute()
-            return list(raw)
-        raw = await self._call(take())
+        event = self.waiting.get(task_id)
+        if event is None:  # not added by this process's submit: look at once
+            event = self.waiting[task_id] = asyncio.Event()
+            event.set()
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if not event.is_set() and left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), min(left, ANSWER_POLL_S))
+                event.clear()
+                answer: Any = await self._call(self.scripts["TAKE"](keys=[k.job(task_id), k.results(task_id)]))
+                if answer is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
+                    raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
+        finally:
+            self.waiting.pop(task_id, None)
+        if answer[0] == b"lost":
+            raise Unavailable("the queue lost this request (Redis restarted); send it again", retry_after=1)
+        _, error, kind, raw = answer
         return TaskResult([Output.from_json(o) for o in raw], _text(error) or None,
                           "too_large" if kind == b"too_large" else "failed")
 
@@ -135,7 +190,7 @@ class RedisQueue:
         if before.status.value in ACTIVE:  # the worker drops it at its next check; a late answer is refused
             await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
         else:
-            await self._call(self.r.delete(k.job(task_id), k.results(task_id), k.done(task_id)))
+            await self._call(self.r.delete(k.job(task_id), k.results(task_id)))
         return before
 
     async def ping(self) -> None:
@@ -160,10 +215,14 @@ class RedisQueue:
         return await self._call(read())
 
     async def throttle(self, name: str, per_minute: int, take: bool) -> float:
-        ms = await self._call(self.throttle_script(keys=[self.keys.bucket(name)], args=[per_minute, int(take)]))
+        ms = await self._call(self.scripts["THROTTLE"](keys=[self.keys.bucket(name)], args=[per_minute, int(take)]))
         return float(ms) / 1000.0
 
     async def close(self) -> None:
+        if self.listener is not None:
+            self.listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.listener
         await self.r.aclose()
 
 
@@ -325,9 +384,10 @@ class RedisWorkSource:
             entry_id = self.entries.pop(task.id, b"")
             self.unwanted_ids.discard(task.id)
         with self._redis():
-            self.scripts["FINISH"](keys=[k.job(task.id), k.results(task.id), k.done(task.id), k.stream],
+            self.scripts["FINISH"](keys=[k.job(task.id), k.results(task.id), k.stream],
                                    args=[status.value, result.error or "", result.error_kind, len(outputs), ttl,
-                                         k.group, entry_id, *outputs])
+                                         k.group, entry_id, k.answered if task.kind == "request" else "", task.id,
+                                         *outputs])
 
     def drop(self, task: Task) -> None:
         with self.lock:

@@ -17,7 +17,9 @@ import httpx
 import pytest
 
 from model.translator import Translator
+from service import redis_queue, redis_scripts
 from service.keys import Keys
+from service.tasks import Hyp, Output, Task
 from tests.conftest import make_sentences
 from tests.service.conftest import RedisServer, Server, Workers, wait_until
 from tests.service.test_batching import batch_sizes, post_all
@@ -55,8 +57,75 @@ def test_concurrent_requests_through_two_workers(serve: Callable[..., Server], r
     assert "transformer_workers 2" in metrics, [m for m in metrics.splitlines() if "workers" in m]
     client = redis_server.client()
     assert client.xlen(Keys().stream) == 0  # every entry acknowledged and deleted
-    for pattern in (Keys().job("*"), Keys().results("*"), Keys().done("*")):  # answered requests keep nothing
+    for pattern in (Keys().job("*"), Keys().results("*")):  # answered requests keep nothing
         assert client.keys(pattern) == []
+
+
+def test_requests_waiting_beyond_the_connection_pool_are_all_answered(serve: Callable[..., Server],
+                                                                      redis_server: RedisServer, workers: Workers,
+                                                                      translator: Translator) -> None:
+    """A waiting request used to hold a Redis connection of its own (BLPOP), so past the pool's 100 connections,
+    requests the queue had room for were answered 503 "unreachable". Now one listener per API process wakes
+    them: 300 requests wait queued (no worker yet) on a few connections, then are all answered."""
+    server = serve(redis_url=redis_server.url)
+    texts = make_sentences(300, seed=26, max_words=8)
+    client = redis_server.client()
+
+    async def scenario() -> tuple[int, list[httpx.Response]]:
+        limits = httpx.Limits(max_connections=None)
+        async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as c:
+            sent = asyncio.gather(*(c.post("/translate", json={"q": t, "max_length": 8}) for t in texts))
+            await asyncio.to_thread(wait_until, lambda: client.xlen(Keys().stream) == len(texts), 60, 0.05)
+            connected = int(client.info("clients")["connected_clients"])
+            workers.start("w")
+            return connected, await sent
+    connected, responses = asyncio.run(scenario())
+    refused = [r.text for r in responses if r.status_code != 200]
+    assert not refused, f"{len(refused)} refused: {refused[:3]}"
+    assert [r.json()["translatedText"] for r in responses] == \
+        [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+    assert connected <= redis_queue.MAX_CONNECTIONS + 2  # the API's pool, its listener, this test's client
+
+
+def test_a_request_is_woken_by_its_notification(serve: Callable[..., Server], redis_server: RedisServer,
+                                                workers: Workers, translator: Translator,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the fallback look pushed past the request timeout, only the published id can wake the waiter."""
+    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 3600.0)
+    server = serve(redis_url=redis_server.url, request_timeout_s=30)
+    workers.start("w")
+    wait_workers(redis_server, 1)
+    texts = make_sentences(5, seed=27)
+    responses = asyncio.run(post_all(server.url, texts, max_length=8))
+    assert [r.status_code for r in responses] == [200] * 5, [r.text for r in responses]
+    assert [r.json()["translatedText"] for r in responses] == \
+        [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+
+
+def test_a_request_whose_notification_is_lost_is_answered_all_the_same(serve: Callable[..., Server],
+                                                                       redis_server: RedisServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pub/sub delivers at most once (a listener that reconnects misses what was published meanwhile; a worker of
+    the release before publishes nothing): a waiter also looks at its task every ANSWER_POLL_S."""
+    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 0.2)
+    server = serve(redis_url=redis_server.url, request_timeout_s=30)  # no worker: the test answers, silently
+    client, k = redis_server.client(), Keys()
+
+    async def scenario() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            pending = asyncio.ensure_future(c.post("/translate", json={"q": "kalo mine"}))
+            await asyncio.to_thread(wait_until, lambda: client.xlen(k.stream) == 1, 30, 0.05)
+            [(_, fields)] = client.xrange(k.stream)
+            task = Task.from_json(fields[b"task"])
+            answer = Output([Hyp("Hallo Welt", -1.5, ["Hallo", "Welt"])]).to_json()
+            client.register_script(redis_scripts.FINISH)(
+                keys=[k.job(task.id), k.results(task.id), k.stream],
+                args=["done", "", "failed", 1, 60, k.group, "", "", task.id, answer])  # no channel: no notification
+            return await pending
+    r = asyncio.run(scenario())
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == "Hallo Welt"
+    assert client.keys(k.job("*")) == [] and client.keys(k.results("*")) == []  # read once, then forgotten
 
 
 def running_on(redis_server: RedisServer, job_id: str) -> str | None:
