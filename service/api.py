@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import replace
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from starlette.types import Receive
 
 from model.config import DecodingConfig
 from model.errors import ConfigError
@@ -16,6 +18,7 @@ from service.batcher import attention_body
 from service.costs import attention_cells, check_cells, check_cost, check_selection, decode_cost
 from service.errors import (
     BadRequest,
+    ClientClosed,
     InvalidRequest,
     NotFound,
     NotImplementedHere,
@@ -82,10 +85,30 @@ def options_of(req: DecodeOptions, settings: ServiceSettings, info: ModelInfo) -
         raise InvalidRequest("options", str(e)) from e
 
 
-async def run(state: ServiceState, task: Task) -> TaskResult:
-    """Queue a checked task and wait for its answer."""
+async def client_gone(receive: Receive) -> None:
+    """Return once the client has closed its connection (its body was read already: the next message is the
+    disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def run(state: ServiceState, task: Task, request: Request) -> TaskResult:
+    """Queue a checked task and wait for its answer. A client that goes away first cancels it: the worker lets go
+    of its texts at its next step, instead of decoding for nobody while others wait."""
     await state.queue.submit(task)
-    result = await state.queue.wait(task.id, state.settings.request_timeout_s)
+    answer = asyncio.ensure_future(state.queue.wait(task.id, state.settings.request_timeout_s))
+    gone = asyncio.ensure_future(client_gone(request.receive))
+    try:
+        await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():  # the client went away (or this request was cancelled): the queue cancels the task
+            answer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answer
+    if answer.cancelled():
+        raise ClientClosed("the client closed its connection before the answer")
+    result = answer.result()
     if result.error:
         raise ResultTooLarge(result.error) if result.error_kind == "too_large" else TaskFailed(result.error)
     return result
@@ -132,8 +155,8 @@ def libre_options(req: TextRequest) -> TextRequest:
     return req.model_copy(update={"n_best": n_best, "beam_size": max(req.beam_size, n_best)})
 
 
-async def texts_task(state: ServiceState, req: TextRequest, kind: str,
-                     owner: str | None) -> tuple[ModelInfo, list[OutputText]]:
+async def texts_task(state: ServiceState, req: TextRequest, kind: str, owner: str | None,
+                     request: Request) -> tuple[ModelInfo, list[OutputText]]:
     """Decode the request's texts (for format html, the text between its tags) and return one output per text."""
     s = state.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
@@ -147,7 +170,7 @@ async def texts_task(state: ServiceState, req: TextRequest, kind: str,
         task = Task(info.id, pieces, options_of(req, s, info), truncate=req.truncate, owner=owner,
                     deadline=time.time() + s.request_timeout_s)
         await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
-        outputs = [output_text(o) for o in (await run(state, task)).outputs]
+        outputs = [output_text(o) for o in (await run(state, task, request)).outputs]
     return info, outputs if documents is None else html_outputs(documents, outputs)
 
 
@@ -167,10 +190,10 @@ def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[OutputTe
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, tags=["text"])
-async def translate(req: TextRequest, state: ReadyState, owner: Owner) -> TranslateResponse:
+async def translate(req: TextRequest, state: ReadyState, owner: Owner, request: Request) -> TranslateResponse:
     """Translate one text or a list; choose the model by `model`, or by `source` and `target`. LibreTranslate's
     clients work unchanged: form bodies, `api_key`, `format: html`, `alternatives` and `source: "auto"`."""
-    info, outputs = await texts_task(state, req, "translation", owner)
+    info, outputs = await texts_task(state, req, "translation", owner, request)
     one = isinstance(req.q, str)
     best: str | list[str] = outputs[0].text if one else [o.text for o in outputs]
     alternatives: list[str] | list[list[str]] | None = None
@@ -199,15 +222,15 @@ async def detect() -> None:
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
-async def summarize(req: SummarizeRequest, state: ReadyState, owner: Owner) -> SummarizeResponse:
+async def summarize(req: SummarizeRequest, state: ReadyState, owner: Owner, request: Request) -> SummarizeResponse:
     """Summarize one document or a list; `length` (short, medium, long, or [min, max] tokens) sets the summary's
     length, and `truncate` cuts a document longer than the model takes."""
-    info, outputs = await texts_task(state, req, "summarization", owner)
+    info, outputs = await texts_task(state, req, "summarization", owner, request)
     return SummarizeResponse(model=info.id, summaries=outputs)
 
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])
-async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> Response:
+async def attention(req: AttentionRequest, state: ReadyState, owner: Owner, request: Request) -> Response:
     """One text decoded with any options, as /translate would, with the attention maps of one hypothesis of its
     n-best list (`hypothesis`, default the best): cross, encoder and decoder self-attention,
     [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
@@ -226,7 +249,7 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner) -> R
     [length] = await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
     limit = options.output_limit(length, info.max_len)
     check_cells(attention_cells(length, limit, selection, info.meta.model), s.max_attention_cells)
-    out = (await run(state, task)).outputs[0]
+    out = (await run(state, task, request)).outputs[0]
     index = min(req.hypothesis, len(out.hypotheses) - 1)  # a search may end with fewer than n_best
     assert out.attention is not None  # asked for, so the worker made it
     return Response(attention_body(info.id, index, out.hypotheses, out.attention), media_type="application/json")

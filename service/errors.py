@@ -104,6 +104,13 @@ class RequestTimeout(ServiceError):
     status, code = 504, "timeout"
 
 
+class ClientClosed(ServiceError):
+    """The client closed its connection before its answer (nginx's 499): nobody reads this one, but the request
+    metrics count it."""
+
+    status, code = 499, "client_closed_request"
+
+
 class TaskFailed(ServiceError):
     """Decoding failed on the worker (a bug or a crash loop), not because of the input."""
 

@@ -64,10 +64,11 @@ class MemoryQueue:
                 await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             pass
-        with self.lock:
-            if entry.result is None:
-                self._end(entry, TaskStatus.cancelled)
-            self.entries.pop(task_id, None)  # answered or abandoned: nothing is kept
+        finally:  # answered, timed out, or its waiter cancelled (the client went away): the worker drops it
+            with self.lock:
+                if entry.result is None:
+                    self._end(entry, TaskStatus.cancelled)
+                self.entries.pop(task_id, None)  # answered or abandoned: nothing is kept
         if entry.result is None:
             raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
         return entry.result

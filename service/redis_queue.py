@@ -75,7 +75,7 @@ class RedisQueue:
             socket_connect_timeout=2, health_check_interval=5, retry=redis.asyncio.retry.Retry(NoBackoff(), 1))
         self.r = aioredis.Redis.from_pool(pool)
         self.scripts = {name: self.r.register_script(getattr(redis_scripts, name))
-                        for name in ("SUBMIT", "TAKE", "THROTTLE")}
+                        for name in ("SUBMIT", "TAKE", "CANCEL", "THROTTLE")}
         self.waiting: dict[str, asyncio.Event] = {}  # request id -> set when its answer may be there
         self.listener: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
@@ -156,8 +156,12 @@ class RedisQueue:
                 if answer is not None:
                     break
                 if time.monotonic() >= deadline:
-                    await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
+                    await self._call(self.scripts["CANCEL"](keys=[k.job(task_id)]))
                     raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
+        except asyncio.CancelledError:  # the client went away: the workers drop the task
+            with contextlib.suppress(*DOWN):
+                await self.scripts["CANCEL"](keys=[k.job(task_id)])
+            raise
         finally:
             self.waiting.pop(task_id, None)
         if answer[0] == b"lost":
@@ -188,7 +192,7 @@ class RedisQueue:
             return None
         k = self.keys
         if before.status.value in ACTIVE:  # the worker drops it at its next check; a late answer is refused
-            await self._call(self.r.hset(k.job(task_id), "status", TaskStatus.cancelled.value))
+            await self._call(self.scripts["CANCEL"](keys=[k.job(task_id)]))
         else:
             await self._call(self.r.delete(k.job(task_id), k.results(task_id)))
         return before

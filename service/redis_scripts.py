@@ -51,6 +51,17 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return {s[1], s[2] or '', s[3] or '', outputs}
 """
 
+# KEYS: job. Cancels a task still queued or running (a worker drops it at its next heartbeat); an ended or
+# forgotten one stays as it is (no key is made again without its expiry).
+CANCEL = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'queued' or status == 'running' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled')
+  return 1
+end
+return 0
+"""
+
 # KEYS: job. ARGV: worker name. Marks a queued task running (never a cancelled or ended one).
 START = """
 local status = redis.call('HGET', KEYS[1], 'status')

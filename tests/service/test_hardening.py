@@ -176,6 +176,33 @@ def test_no_work_after_a_504(serve_heavy: Callable[..., Server], heavy_dir: Path
     assert "transformer_in_flight_tasks 0" in metrics and "transformer_queue_depth 0" in metrics
 
 
+def post_and_hang_up(port: int, body: dict[str, Any], until: Callable[[], bool]) -> None:
+    """POST body over a raw connection, wait until `until` holds (the request is being decoded), then close the
+    connection without reading the answer: a closed browser tab, a proxy's own timeout."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        wait_until(until, 60, 0.05)
+
+
+def metric(url: str, name: str) -> float:
+    line = next(x for x in httpx.get(f"{url}/metrics").text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[-1])
+
+
+def test_a_client_that_hangs_up_cancels_its_request(serve_heavy: Callable[..., Server]) -> None:
+    """A request whose client went away used to be decoded to its end for nobody, holding rows others waited
+    for; the worker now lets go of it at its next step, and the request counts as 499."""
+    server = serve_heavy(max_request_cost=10**12)
+    texts = make_sentences(8, seed=34, min_words=20, max_words=25)
+    heavy = {"q": texts, "model": "slow", "beam_size": 8, "max_length": 400}  # many seconds of decoding
+    post_and_hang_up(server.port, heavy, lambda: metric(server.url, "transformer_in_flight_texts") == 8)
+    wait_until(lambda: metric(server.url, "transformer_in_flight_tasks") == 0, 30, 0.05)
+    assert metric(server.url, "transformer_texts_decoded_total") == 0  # dropped, not finished
+    assert 'transformer_requests_total{route="/translate",status="499"} 1' in httpx.get(f"{server.url}/metrics").text
+
+
 def test_a_cancelled_job_stops(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(max_job_cost=10**12, max_batch_size=4, api_keys=f"{KEY_A},{KEY_B}")
     texts = make_sentences(64, seed=33, min_words=20, max_words=25)

@@ -23,6 +23,7 @@ from service.tasks import Hyp, Output, Task
 from tests.conftest import make_sentences
 from tests.service.conftest import RedisServer, Server, Workers, wait_until
 from tests.service.test_batching import batch_sizes, post_all
+from tests.service.test_hardening import metric, post_and_hang_up
 
 FAST_RECLAIM = {"TRANSFORMER_CLAIM_IDLE_MS": "1500"}  # workers beat every 0.5 s, reclaim after 1.5 s idle
 
@@ -126,6 +127,32 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(serve: Ca
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == "Hallo Welt"
     assert client.keys(k.job("*")) == [] and client.keys(k.results("*")) == []  # read once, then forgotten
+
+
+def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(serve_heavy: Callable[..., Server],
+                                                                    redis_server: RedisServer, heavy_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    """The API cancels the task of a client that went away; the worker holding it lets go at its next heartbeat."""
+    server = serve_heavy(redis_url=redis_server.url, max_request_cost=10**12)
+    w = Workers(heavy_dir, redis_server.url, tmp_path)
+    try:
+        w.start("w")
+        wait_workers(redis_server, 1)
+        texts = make_sentences(8, seed=28, min_words=20, max_words=25)
+        heavy = {"q": texts, "model": "slow", "beam_size": 8, "max_length": 400}  # many seconds of decoding
+        client, k = redis_server.client(), Keys()
+
+        def running() -> bool:
+            jobs = client.keys(k.job("*"))
+            return len(jobs) == 1 and client.hget(jobs[0], "status") == b"running"
+        post_and_hang_up(server.port, heavy, running)
+        wait_until(lambda: client.xlen(k.stream) == 0, 30, 0.05)  # dropped: acknowledged and deleted, unanswered
+        [job] = client.keys(k.job("*"))
+        assert client.hget(job, "status") == b"cancelled"
+        assert client.keys(k.results("*")) == []
+        assert metric(server.url, "transformer_texts_decoded_total") == 0
+    finally:
+        w.stop_all()
 
 
 def running_on(redis_server: RedisServer, job_id: str) -> str | None:
