@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from model.checkpoint import CheckpointMeta, save_checkpoint
+from model.checkpoint import CheckpointMeta, read_meta, save_checkpoint
 from model.transformer import Transformer
 from model.translator import Translator
 from training.batching import collate, token_batches
@@ -135,6 +135,12 @@ class Trainer:
         found = list_checkpoints(self.run_dir)
         if not found:
             return False
+        saved = read_meta(found[-1]).model.to_dict()
+        changed = {k: (saved.get(k), v) for k, v in self.model_cfg.to_dict().items() if saved.get(k) != v}
+        if changed:  # the weights would not fit, or would be read as another model's
+            shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise TrainConfigError(f"{self.run_dir} holds checkpoints of another model ({shown}): pass --no-resume "
+                                   "to start afresh there, or choose another run_dir")
         self.state = load_training_checkpoint(found[-1], self.model, self.optimizer)
         self.log.truncate(self.state.step)
         if self.progress:

@@ -189,6 +189,19 @@ def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, co
     train(from_dict(changed), resume=False)  # starting afresh there is allowed
 
 
+def test_resume_refuses_a_run_directory_of_another_model(tmp_path: Path, corpus: Path) -> None:
+    """A changed model option (a recipe gaining copy_follow, say) used to fail deep in loading with the names of
+    missing tensors, or, where the shapes still fit, to go on training weights made for the other model."""
+    short = {"max_steps": 4, "save_every": 2, "log_every": 2}
+    train(from_dict(settings(tmp_path / "run", corpus, **short)))
+    for option, value in (("copy", True), ("norm", "pre")):  # new tensors; the same tensors read another way
+        changed = settings(tmp_path / "run", corpus, **short)
+        changed["model"] = {**changed["model"], option: value}
+        with pytest.raises(TrainConfigError, match=f"another model \\({option}: .* -> .*--no-resume"):
+            train(from_dict(changed))
+    train(from_dict(settings(tmp_path / "run", corpus, **{**short, "max_steps": 6})))  # the same model resumes
+
+
 def test_progress_follows_the_budget_that_ends_first_and_prints_each_evaluation(
         tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With max_minutes binding, the bar's total is the steps that fit in the time, not max_steps (100,000)."""
