@@ -46,6 +46,9 @@ class ModelConfig:
     tie_output: bool = True  # target embedding doubles as the pre-softmax linear (§3.4)
     logits_bias: bool = False  # Marian's final_logits_bias
     copy: bool = False  # pointer-generator copying from the source (See et al., 2017; model.copy), for summaries
+    # Copying favours the source token that follows the last one output (a learnt bonus), so that runs of tokens
+    # are copied whole: CopyNet's selective read (Gu et al., 2016, §3.3) in its simplest form. Needs copy.
+    copy_follow: bool = False
     # Summaries: the encoder reads a document's first read_first tokens (EOS included) and no more, in training
     # and in use, as See et al. (2017) truncate articles to 400 tokens; 0 reads the whole source.
     read_first: int = 0
@@ -73,6 +76,8 @@ class ModelConfig:
                               f"got {self.read_first}")
         if self.copy and not self.share_embeddings:
             raise ConfigError("copy needs one vocabulary for source and target (share_embeddings)")
+        if self.copy_follow and not self.copy:
+            raise ConfigError("copy_follow needs copy")
         _check_choice("norm", self.norm, ("post", "pre"))
         _check_choice("activation", self.activation, ("relu", "gelu", "swish"))
         _check_choice("positions", self.positions, ("sinusoidal", "learned"))

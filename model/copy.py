@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
@@ -29,16 +30,21 @@ class Copy(nn.Module):
         self.k = nn.Linear(cfg.d_model, cfg.d_model)
         self.gate = nn.Linear(cfg.d_model, 1)
         self.scale = cfg.d_model**-0.5
+        self.follow = nn.Parameter(torch.zeros(())) if cfg.copy_follow else None  # ModelConfig.copy_follow
 
     def keys_t(self, memory: Tensor) -> Tensor:
         """The copy attention's keys of the encoder output, transposed: (B, S, d_model) -> (B, d_model, S)."""
         return self.k(memory).transpose(1, 2).contiguous()
 
-    def attend(self, hidden: Tensor, keys_t: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
-        """hidden (B, n, d_model), keys_t (B, d_model, S), bias (B, 1, S) of 0 and -inf -> the copy weights a,
-        (B, n, S), and p_gen, (B, n, 1)."""
+    def attend(self, hidden: Tensor, keys_t: Tensor, bias: Tensor, last: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
+        """hidden (B, n, d_model), keys_t (B, d_model, S), bias (B, 1, S) of 0 and -inf, the id each output
+        position last read, (B, n), and the source ids, (B, S) -> the copy weights a, (B, n, S), and p_gen,
+        (B, n, 1)."""
         dtype = torch.promote_types(hidden.dtype, torch.float32)  # the mixture in float32 at least
         scores = torch.baddbmm(bias.to(dtype), self.q(hidden).to(dtype), keys_t.to(dtype), alpha=self.scale)
+        if self.follow is not None:  # the source token after one that equals the last output gets the bonus
+            before = F.pad(src[:, :-1], (1, 0), value=-1)  # (B, S): the id before each source position
+            scores = scores + self.follow.to(dtype) * (before[:, None, :] == last[:, :, None])  # (B, n, S)
         return torch.softmax(scores, dim=-1), torch.sigmoid(self.gate(hidden).to(dtype))  # (B, n, S), (B, n, 1)
 
     def mix(self, logits: Tensor, a: Tensor, p_gen: Tensor, ids: Tensor) -> Tensor:

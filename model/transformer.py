@@ -199,7 +199,7 @@ class Transformer(nn.Module):
         if self.copy is None:
             return self.logits(hidden if keep is None else hidden[keep])
         bias = memory.new_zeros(src_mask.shape).masked_fill_(~src_mask, float("-inf"))[:, None, :]  # (B, 1, S)
-        a, p_gen = self.copy.attend(hidden, self.copy.keys_t(memory), bias)  # (B, T, S), (B, T, 1)
+        a, p_gen = self.copy.attend(hidden, self.copy.keys_t(memory), bias, tgt, src)  # (B, T, S), (B, T, 1)
         B, T, S = a.shape
         ids = src[:, None, :].expand(B, T, S)
         if keep is None:
@@ -242,17 +242,19 @@ class Transformer(nn.Module):
         hidden = self.decoder_norm(x[:, 0])  # (R, d_model)
         logits = self.logits(hidden)
         if self.copy is not None and cache.copy is not None:
-            logits = self.copy_step(hidden, logits, cache, where)
+            logits = self.copy_step(hidden, tokens, logits, cache, where)
         return logits, cache.advanced()
 
-    def copy_step(self, hidden: Tensor, logits: Tensor, cache: DecoderCache, where: StepPositions) -> Tensor:
+    def copy_step(self, hidden: Tensor, tokens: Tensor, logits: Tensor, cache: DecoderCache,
+                  where: StepPositions) -> Tensor:
         """The step's logits mixed with copying (model.copy): each row attends over its sentence's slot."""
         assert self.copy is not None and cache.copy is not None
         R, B = hidden.size(0), cache.sentences
         if where.to_slots is not None:
-            hidden = hidden.index_select(0, where.to_slots)
+            hidden, tokens = hidden.index_select(0, where.to_slots), tokens.index_select(0, where.to_slots)
         bias = cache.cross_bias[:, 0]  # (B, 1, S)
-        a, p_gen = self.copy.attend(hidden.view(B, R // B, -1), cache.copy.keys_t, bias)  # (B, beams, S), (B, beams, 1)
+        a, p_gen = self.copy.attend(hidden.view(B, R // B, -1), cache.copy.keys_t, bias, tokens.view(B, R // B),
+                                    cache.copy.ids)  # (B, beams, S), (B, beams, 1)
         ids = cache.copy.ids[:, None, :].expand(B, R // B, -1).reshape(R, -1)  # (R, S)
         a, p_gen = a.reshape(R, -1), p_gen.reshape(R, 1)  # (R, S), (R, 1)
         if where.from_slots is not None:

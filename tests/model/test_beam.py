@@ -18,12 +18,14 @@ LENGTHS = [3, 5, 7, 9, 11, 4, 6, 8]  # source lengths, EOS included
 
 
 def biased_model(eos_bias: float = 0.0, seed: int = 1, max_len: int = 64, copy: bool = False,
-                 **token_bias: float) -> Transformer:
+                 follow: bool = False, **token_bias: float) -> Transformer:
     """A random tiny model whose logits get extra bias on EOS (and on ids given as t<id>=bias); copy: a
-    pointer-generator (model.copy)."""
-    model = build_model(tiny_config(V, logits_bias=True, max_len=max_len, copy=copy), seed=seed)
+    pointer-generator (model.copy); follow: one that favours copying runs (ModelConfig.copy_follow)."""
+    model = build_model(tiny_config(V, logits_bias=True, max_len=max_len, copy=copy, copy_follow=follow), seed=seed)
     assert model.logits_bias is not None
     with torch.no_grad():
+        if model.copy is not None and model.copy.follow is not None:
+            model.copy.follow.fill_(3.0)  # large enough to change what the search finds
         model.logits_bias[SPECIAL.eos] += eos_bias
         for name, bias in token_bias.items():
             model.logits_bias[int(name[1:])] += bias

@@ -63,12 +63,14 @@ def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[i
     return out, company
 
 
-@pytest.mark.parametrize(("seed", "copy"), [(0, False), (1, False), (2, False), (0, True), (1, True)])
+@pytest.mark.parametrize(("seed", "copy", "follow"), [(0, False, False), (1, False, False), (2, False, False),
+                                                      (0, True, False), (1, True, False), (2, True, True)])
 @torch.no_grad()
-def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int, copy: bool) -> None:
+def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int, copy: bool,
+                                                                                  follow: bool) -> None:
     """Also with copying (model.copy), whose per-sentence source ids and keys join, move and leave with the
-    sentence's cross-attention slot."""
-    model = biased_model(eos_bias=4.0, seed=seed, copy=copy)
+    sentence's cross-attention slot, and each row's last token with its row (copy_follow)."""
+    model = biased_model(eos_bias=4.0, seed=seed, copy=copy, follow=follow)
     rng = random.Random(seed)
     srcs = sources([2, 14, 3, 9, 11, 5, 16, 4, 7, 12], seed=seed)
     arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]] = {}
@@ -85,11 +87,11 @@ def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alo
         assert_same(got[tag], alone(model, src, cfgs[tag]))
 
 
-@pytest.mark.parametrize("copy", [False, True])
+@pytest.mark.parametrize(("copy", "follow"), [(False, False), (True, False), (True, True)])
 @torch.no_grad()
-def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone(copy: bool) -> None:
+def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone(copy: bool, follow: bool) -> None:
     """Very different lengths: a 2-token source joins at step 20 a 30-token source decoding up to 60 tokens."""
-    model = biased_model(eos_bias=-3.0, seed=3, max_len=128, copy=copy)
+    model = biased_model(eos_bias=-3.0, seed=3, max_len=128, copy=copy, follow=follow)
     long, short = sources([30, 2], seed=7)
     long_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=60, min_length=40)
     short_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=25, n_best=2, no_repeat_ngram_size=2)

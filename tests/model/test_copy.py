@@ -32,8 +32,58 @@ def copy_model(gate_bias: float, seed: int = 0) -> Transformer:
 
 def test_copy_needs_one_vocabulary_and_is_off_by_default() -> None:
     assert ModelConfig.from_preset("base", 100).copy is False
+    assert ModelConfig.from_preset("base", 100).copy_follow is False
     with pytest.raises(ConfigError, match="one vocabulary"):
         tiny_config(60, 80, share_embeddings=False, copy=True)
+    with pytest.raises(ConfigError, match="copy_follow needs copy"):
+        tiny_config(60, copy_follow=True)
+
+
+def follow_model(follow: float, gate_bias: float | None = None, seed: int = 0) -> Transformer:
+    """A copying model that favours the source token after the last one output (ModelConfig.copy_follow)."""
+    model = build_model(tiny_config(V, copy=True, copy_follow=True), seed=seed)
+    assert model.copy is not None and model.copy.follow is not None
+    with torch.no_grad():
+        model.copy.follow.fill_(follow)
+        if gate_bias is not None:
+            model.copy.gate.weight.zero_()
+            model.copy.gate.bias.fill_(gate_bias)
+    return model
+
+
+@torch.no_grad()
+def test_following_the_copy_step_by_step_equals_recomputation() -> None:
+    """Targets that copy runs of their sources, so that the bonus applies at many positions: the cached search's
+    steps (each row's last token against its slot's source) give the teacher-forced logits."""
+    model = follow_model(follow=3.0)
+    src, mask = pad_ids(sources([9, 4, 7], seed=5))
+    tgt = torch.full((3, 6), SPECIAL.decoder_start)
+    tgt[:, 1:] = src[:, :5]  # the first source tokens, then padding where a source is shorter
+    full = model(src, mask, tgt)
+    memory, _ = model.encode(src, mask)
+    cache = model.start_cache(memory, mask, src=src)
+    steps = []
+    for t in range(tgt.size(1)):
+        logits, cache = model.step(tgt[:, t], cache)
+        steps.append(logits)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert not torch.allclose(follow_model(follow=0.0)(src, mask, tgt), full, atol=1e-3)  # the bonus counts
+
+
+@torch.no_grad()
+def test_a_strong_follow_copies_runs_of_the_source() -> None:
+    """p_gen = 0 and a large bonus: once a source token is out, the next one is the token after it, and so on to
+    the source's EOS, so every output is a run of its own source."""
+    model = follow_model(follow=40.0, gate_bias=-40.0)
+    srcs = [[10, 11, 12, 13, 14, 15, SPECIAL.eos], [20, 21, 22, 23, SPECIAL.eos], [30, 31, 32, 33, 34, SPECIAL.eos]]
+    cfg = DecodingConfig(beam_size=3, max_len_a=0.0, max_len_b=10, min_length=1)
+    for src, [best] in zip(srcs, search_all(model, srcs, [cfg] * 3, SPECIAL), strict=True):
+        start = src.index(best.tokens[0])
+        assert best.tokens == src[start:-1], (src, best.tokens)  # on to the source's end, then its EOS
+    plain = follow_model(follow=0.0, gate_bias=-40.0)  # without the bonus, copies come in any order
+    runs = [h.tokens == src[src.index(h.tokens[0]):-1]
+            for src, [h] in zip(srcs, search_all(plain, srcs, [cfg] * 3, SPECIAL), strict=True)]
+    assert not all(runs)
 
 
 @torch.no_grad()
@@ -89,13 +139,15 @@ def test_a_closed_gate_generates_only_words_of_the_source() -> None:
         assert hyps and all(set(h.tokens) <= set(src) for h in hyps)
 
 
+@pytest.mark.parametrize("follow", [False, True])
 def test_a_copying_checkpoint_loads_packed_and_in_int8(tmp_path: Path, spm_dir: Path, vocab_size: int,
-                                                        sentences: list[str]) -> None:
+                                                        sentences: list[str], follow: bool) -> None:
     """The copy layer's weights are saved and read like the others; packed float32 (the CPU default) gives the
     unpacked outputs, and int8 (quantized at load or by `transformer quantize`) decodes."""
-    path = save_random_checkpoint(tmp_path / "m", spm_dir, vocab_size, seed=2, copy=True)
+    path = save_random_checkpoint(tmp_path / "m", spm_dir, vocab_size, seed=2, copy=True, copy_follow=follow)
     plain = Translator.load(path, device="cpu", pack=False)
-    assert plain.model.copy is not None and plain.model.cfg.copy
+    assert plain.model.copy is not None and plain.model.cfg.copy and plain.model.cfg.copy_follow == follow
+    assert (plain.model.copy.follow is not None) == follow
     texts = sentences[:6]
     want = [t.text for t in plain.translate(texts, beam_size=2, max_len_b=8)]
     assert [t.text for t in Translator.load(path, device="cpu").translate(texts, beam_size=2, max_len_b=8)] == want
