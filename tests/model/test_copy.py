@@ -17,6 +17,7 @@ from model.transformer import Transformer
 from model.translator import Translator
 from tests.conftest import SPECIAL, build_model, pad_ids, save_random_checkpoint, tiny_config
 from tests.model.test_beam import sources
+from tests.model.test_transformer import cached_logits
 
 V = 64
 
@@ -60,13 +61,7 @@ def test_following_the_copy_step_by_step_equals_recomputation() -> None:
     tgt = torch.full((3, 6), SPECIAL.decoder_start)
     tgt[:, 1:] = src[:, :5]  # the first source tokens, then padding where a source is shorter
     full = model(src, mask, tgt)
-    memory, _ = model.encode(src, mask)
-    cache = model.start_cache(memory, mask, src=src)
-    steps = []
-    for t in range(tgt.size(1)):
-        logits, cache = model.step(tgt[:, t], cache)
-        steps.append(logits)
-    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cached_logits(model, src, mask, tgt), full, atol=1e-5, rtol=0)
     assert not torch.allclose(follow_model(follow=0.0)(src, mask, tgt), full, atol=1e-3)  # the bonus counts
 
 
