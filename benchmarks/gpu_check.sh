@@ -16,26 +16,7 @@ for dtype in float32 bfloat16 float16; do
 done
 
 echo "== continuous beam search on CUDA: sentences joining mid-search equal their search alone (float32)"
-python3 - <<'PY'
-import random, torch
-from model.beam import BeamLoop, search_all
-from model.config import DecodingConfig, ModelConfig
-from model.tokenizer import SpecialIds
-from model.transformer import Transformer
-torch.manual_seed(0)
-special = SpecialIds()
-model = Transformer(ModelConfig.from_preset("base", 8000, max_len=256)).cuda().eval()
-rng = random.Random(0)
-srcs = [[rng.randrange(4, 8000) for _ in range(rng.randint(3, 60))] + [special.eos] for _ in range(300)]
-cfgs = [DecodingConfig(max_len_a=0.0, max_len_b=rng.randint(5, 60)) for _ in srcs]
-loop, waiting, got = BeamLoop(model, special, 4), list(range(len(srcs))), {}
-while waiting or loop:
-    take, waiting = waiting[:256 - len(loop)], waiting[256 - len(loop):]
-    loop.admit([srcs[i] for i in take], [cfgs[i] for i in take], take)
-    got.update((s.tag, s.n_best()) for s in loop.step())
-same = sum(got[i][0].tokens == search_all(model, [s], [cfgs[i]], special)[0][0].tokens for i, s in enumerate(srcs[:60]))
-print(f"{same}/60 equal to their search alone")
-PY
+python3 benchmarks/continuous_check.py --device cuda
 
 echo "== serve base on CUDA (bf16): continuous batching with up to 256 texts, forced 32-token outputs"
 python3 benchmarks/serve.py --device cuda --shape base --clients 64,256 --batch-size 256 --requests-per-client 4 \
