@@ -44,7 +44,8 @@ ACTIVE = (TaskStatus.queued.value, TaskStatus.running.value)
 # request holds none (one listener per process wakes them all), so a thousand requests in flight need a few.
 MAX_CONNECTIONS = 64
 POOL_WAIT_S = 10.0
-ANSWER_POLL_S = 2.0  # a waiting request also looks at its task this often, in case its notification was lost
+ANSWER_POLL_S = 2.0  # a waiting request also looks at its task this often, in case its notification was lost,
+ANSWER_POLLS_PER_S = 50.0  # or less often when many wait: all of them together look at most this often a second
 LISTEN_RETRY_S = 0.5  # the listener's pause before it subscribes again after losing Redis
 
 
@@ -63,8 +64,9 @@ class RedisQueue:
 
     A request waits without a connection of its own: the worker's FINISH publishes the id of every request that
     ends, and one listener per process (subscribed before the first request is added) wakes its waiter, which
-    then reads and deletes the answer in one step. A notification lost while the listener reconnected costs at
-    most ANSWER_POLL_S: waiters look anyway that often, and all of them look once it is back."""
+    then reads and deletes the answer in one step. Reconnected, the listener wakes every waiter, so a notification
+    lost meanwhile costs nothing; one lost otherwise costs at most poll_s(), the pause after which a waiter looks
+    at its task unwoken."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         assert settings.redis_url is not None
@@ -81,11 +83,19 @@ class RedisQueue:
         self.subscribed = asyncio.Event()
 
     async def _call(self, aw: Awaitable[T]) -> T:
+        """A Redis command; Unavailable when Redis is down. redis-py's asyncio client sometimes swallows a
+        cancellation that comes during a command (redis/redis-py#2028, #2551): it is raised here instead, or the
+        request of a client that went away would go on waiting until its timeout, for nobody."""
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
-            return await aw
+            result = await aw
         except DOWN as e:
             log.warning("%s: %s", GONE, e)  # the address stays in the log, never in an answer
             raise Unavailable(GONE, retry_after=2) from e
+        if task is not None and task.cancelling() > cancels:
+            raise asyncio.CancelledError
+        return result
 
     async def _listen(self) -> None:
         """Wake the waiting requests whose ids FINISH publishes; subscribe again whenever Redis is lost."""
@@ -116,7 +126,8 @@ class RedisQueue:
         if self.listener is None or self.listener.done():
             self.listener = asyncio.create_task(self._listen(), name="redis-answers")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.subscribed.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.subscribed.wait()
 
     async def submit(self, task: Task) -> None:
         k = self.keys
@@ -138,6 +149,11 @@ class RedisQueue:
             self.waiting.pop(task.id, None)
             raise QueueFull(f"the queue is full ({depth} tasks); try again shortly", 1)
 
+    def poll_s(self) -> float:
+        """How long a waiter sleeps before it looks at its task unwoken: ANSWER_POLL_S, or longer when many wait, so
+        that a deep queue's waiters do not keep the API and Redis busy looking (1,000 waiters: 20 s)."""
+        return max(ANSWER_POLL_S, len(self.waiting) / ANSWER_POLLS_PER_S)
+
     async def wait(self, task_id: str, timeout: float) -> TaskResult:
         """Block until the task is answered; 504 after timeout, 503 when Redis is down or lost the task."""
         k, deadline = self.keys, time.monotonic() + timeout
@@ -149,8 +165,11 @@ class RedisQueue:
             while True:
                 left = deadline - time.monotonic()
                 if not event.is_set() and left > 0:
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that comes as
+                    # the event is set (python/cpython#86296), and this loop would go on for a client long gone
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), min(left, ANSWER_POLL_S))
+                        async with asyncio.timeout(min(left, self.poll_s())):
+                            await event.wait()
                 event.clear()
                 answer: Any = await self._call(self.scripts["TAKE"](keys=[k.job(task_id), k.results(task_id)]))
                 if answer is not None:

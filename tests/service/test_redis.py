@@ -15,13 +15,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
+import uvicorn
 
 from model.translator import Translator
 from service import redis_queue, redis_scripts
+from service.app import create_app
 from service.keys import Keys
+from service.settings import ServiceSettings
 from service.tasks import Hyp, Output, Task
 from tests.conftest import make_sentences
-from tests.service.conftest import RedisServer, Server, Workers, wait_until
+from tests.service.conftest import RedisServer, Server, Workers, free_port, wait_until
 from tests.service.test_batching import batch_sizes, post_all
 from tests.service.test_hardening import metric, post_and_hang_up
 
@@ -127,6 +131,77 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(serve: Ca
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == "Hallo Welt"
     assert client.keys(k.job("*")) == [] and client.keys(k.results("*")) == []  # read once, then forgotten
+
+
+def script_calls(client: redis.Redis) -> int:
+    """The scripts Redis has run so far: each look of a waiter at its task is one."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for name, v in stats.items() if name.startswith(("cmdstat_eval", "cmdstat_fcall")))
+
+
+def test_many_waiting_requests_look_at_their_tasks_within_a_budget(serve: Callable[..., Server],
+                                                                   redis_server: RedisServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each waiter also looks at its task unwoken, in case its notification was lost; when many wait (a deep
+    queue, no worker keeping up), they used to look ANSWER_POLL_S apart each, a script call per waiter, on the
+    API's CPU and Redis's; now all of them together look at most ANSWER_POLLS_PER_S times a second."""
+    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 0.1)  # 300 waiters: 3,000 looks a second unbudgeted
+    monkeypatch.setattr(redis_queue, "ANSWER_POLLS_PER_S", 100.0)  # budgeted: a look every 3 s each
+    server = serve(redis_url=redis_server.url, request_timeout_s=60)  # no worker: every request waits
+    client, n = redis_server.client(), 300
+
+    async def scenario() -> float:
+        limits = httpx.Limits(max_connections=None)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as c:
+            sent = [asyncio.ensure_future(c.post("/translate", json={"q": f"kalo mine {i}"})) for i in range(n)]
+            await asyncio.to_thread(wait_until, lambda: client.xlen(Keys().stream) == n, 30, 0.05)
+            await asyncio.sleep(1.0)  # every waiter past its first look
+            before, start = script_calls(client), time.monotonic()
+            await asyncio.sleep(2.0)
+            rate = (script_calls(client) - before) / (time.monotonic() - start)
+            for f in sent:
+                f.cancel()
+            await asyncio.gather(*sent, return_exceptions=True)
+            return rate
+    rate = asyncio.run(scenario())
+    assert rate <= 2 * redis_queue.ANSWER_POLLS_PER_S, f"{rate:.0f} script calls a second while {n} requests wait"
+
+
+def test_every_queued_request_whose_client_hangs_up_is_cancelled(models_dir: Path, redis_server: RedisServer) -> None:
+    """1,000 requests wait queued (no worker), looking at their tasks every 2 s, and then their clients hang up.
+    redis-py's asyncio client swallowed the cancellation of those whose client left during such a look (7 to
+    16 in 1,000 here): they went on waiting until the request timeout, for nobody, and a server told to stop
+    waited for them. Every one now ends at once: cancelled in Redis, counted as 499. The server runs on the
+    clients' event loop, which makes the race likely; in a thread of its own it hardly ever happened."""
+    app = create_app(ServiceSettings(models_dir=models_dir, redis_url=redis_server.url, request_timeout_s=120))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    client, k, n = redis_server.client(), Keys(), 1000
+
+    def statuses() -> dict[bytes | None, int]:
+        found = [client.hget(j, "status") for j in client.keys(k.job("*"))]
+        return {s: found.count(s) for s in set(found)}
+
+    async def scenario() -> str:
+        serving = asyncio.ensure_future(server.serve())
+        limits = httpx.Limits(max_connections=None)
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120, limits=limits) as c:
+                while not server.started or (await c.get("/readyz")).status_code != 200:
+                    await asyncio.sleep(0.1)
+                sent = [asyncio.ensure_future(c.post("/translate", json={"q": f"kalo mine {i}"})) for i in range(n)]
+                await asyncio.to_thread(wait_until, lambda: client.xlen(k.stream) == n, 60, 0.05)
+                await asyncio.sleep(3.0)  # the waiters' first looks at their tasks are under way
+                for f in sent:
+                    f.cancel()
+                await asyncio.gather(*sent, return_exceptions=True)
+                await asyncio.to_thread(wait_until, lambda: statuses() == {b"cancelled": n}, 30, 0.2)
+                return (await c.get("/metrics")).text
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(serving, 30)  # no request left behind for the server to wait on
+    metrics = asyncio.run(scenario())
+    assert f'transformer_requests_total{{route="/translate",status="499"}} {n}' in metrics
 
 
 def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(serve_heavy: Callable[..., Server],
