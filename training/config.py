@@ -20,7 +20,7 @@ from training.vocab import VocabConfig
 CorpusKind = Literal["gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl"]
 CORPORA = ("gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl")
 # Corpus settings added after runs were made with the corpus key (TrainConfig.data_key): (section, name, default).
-KEYED_LATER = (("clean", "min_overlap", 0.0),)
+KEYED_LATER = (("clean", "min_overlap", 0.0), ("data", "titles", False))
 
 
 class TrainConfigError(ValueError):
@@ -45,6 +45,10 @@ class DataConfig:
     source_column: int = 0
     target_column: int = 1
     reverse: bool = False  # swap source and target, e.g. de -> en from English -> German catalogs
+    # Summaries: each document starts with its item's title in words, as a reference page shows one above its
+    # text ("log record get message: ...", "git commit: ...", "python3 numpy: ..."); the lead baselines
+    # read the same documents.
+    titles: bool = False
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:

@@ -16,6 +16,7 @@ import inspect
 import re
 import struct
 import sysconfig
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,22 +172,45 @@ def package_files(package: str) -> list[Path]:
     return sorted(p for root in spec.submodule_search_locations for p in Path(root).rglob("*.py"))
 
 
-def docstring_pairs(packages: tuple[str, ...] = DEFAULT_PACKAGES) -> Iterator[Pair]:
+def docstring_pairs(packages: tuple[str, ...] = DEFAULT_PACKAGES, titles: bool = False) -> Iterator[Pair]:
     """(description, summary) pairs from the docstrings of installed packages, read with ast:
-    no package code is imported or run. origin is the top-level package."""
+    no package code is imported or run. origin is the top-level package. With titles, a description starts
+    with its definition's qualified name in words ("log record get message: ..."), as help() shows the name
+    above the text."""
     for package in packages:
+        root = package_root(package)
         for path in package_files(package):
-            yield from _file_docstrings(path, package)
+            module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            yield from _file_docstrings(path, package, module if titles else None)
 
 
-def _file_docstrings(path: Path, package: str) -> Iterator[Pair]:
+def package_root(package: str) -> Path:
+    """The folder that module paths of package are relative to."""
+    if package == "stdlib":
+        return Path(sysconfig.get_paths()["stdlib"])
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise CorpusError(package, 0, "package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def _file_docstrings(path: Path, package: str, module: str | None) -> Iterator[Pair]:
+    """The pairs of one file; with a module name (None: no titles), each description starts with its
+    definition's name within the module (Class.method), a module's own with the module's dotted name."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
-            doc = ast.get_docstring(node, clean=False)
-            parts = split_docstring(doc) if doc else None
-            if parts:
-                yield Pair(parts[0], parts[1], package)
+    from training.summaries import title_words, titled
+
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    queue: deque[tuple[ast.AST, str]] = deque([(tree, "")])  # ast.walk's order, with qualified names
+    while queue:
+        node, name = queue.popleft()
+        doc = ast.get_docstring(node, clean=False) if isinstance(node, (*definitions, ast.Module)) else None
+        parts = split_docstring(doc) if doc else None
+        if parts:
+            title = "" if module is None else title_words(name or module)
+            yield Pair(titled(title, parts[0]), parts[1], package)
+        queue.extend((c, f"{name}.{c.name}".lstrip(".") if isinstance(c, definitions) else name)
+                     for c in ast.iter_child_nodes(node))

@@ -27,14 +27,16 @@ def read_pairs(cfg: DataConfig) -> Iterator[Pair]:
     if cfg.corpus == "gettext":
         pairs: Iterable[Pair] = gettext_pairs(cfg.lang, cfg.locale_dir)
     elif cfg.corpus == "docstrings":
-        pairs = docstring_pairs(cfg.packages)
+        pairs = docstring_pairs(cfg.packages, cfg.titles)
     elif cfg.corpus == "manpages":
-        pairs = manpage_pairs(cfg.man_dir)
+        pairs = manpage_pairs(cfg.man_dir, cfg.titles)
     elif cfg.corpus == "dpkg":
-        pairs = dpkg_pairs(cfg.dpkg_status)
+        pairs = dpkg_pairs(cfg.dpkg_status, cfg.titles)
     elif cfg.corpus == "summaries":  # duplicates across the three go with clean.dedup
-        docstrings = (Pair(p.source, p.target, f"{p.origin}: {p.target}") for p in docstring_pairs(cfg.packages))
-        pairs = itertools.chain(manpage_pairs(cfg.man_dir), dpkg_pairs(cfg.dpkg_status), docstrings)
+        docstrings = (Pair(p.source, p.target, f"{p.origin}: {p.target}")
+                      for p in docstring_pairs(cfg.packages, cfg.titles))
+        pairs = itertools.chain(manpage_pairs(cfg.man_dir, cfg.titles), dpkg_pairs(cfg.dpkg_status, cfg.titles),
+                                docstrings)
     elif cfg.corpus == "parallel":
         pairs = read_parallel(cfg.paths[0], cfg.paths[1])
     elif cfg.corpus == "tsv":

@@ -83,6 +83,18 @@ def parse_manpage(text: str) -> tuple[str, str] | None:
     return " ".join(words[:MAX_DOCUMENT_WORDS]), summary
 
 
+def title_words(name: str) -> str:
+    """A name as the words it is made of, for a document's title: "cg_annotate" -> "cg annotate",
+    "LogRecord.getMessage" -> "log record get message", "python3-numpy" -> "python3 numpy"."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])|([A-Z])([A-Z][a-z])", r"\1\3 \2\4", name)
+    return " ".join(re.split(r"[\W_]+", spaced.lower())).strip()
+
+
+def titled(title: str, description: str) -> str:
+    """A document that starts with its item's title, as a manual or a reference page shows one above the text."""
+    return f"{title}: {description}" if title else description
+
+
 def item_name(name: str) -> str:
     """A page's or package's source item: gcc-12 -> gcc, libfoo1 -> libfoo, python3.11 -> python."""
     return re.sub(r"([-.]?\d+(\.\d+)*)+$", "", name) or name
@@ -102,8 +114,9 @@ def read_page(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def manpage_pairs(directory: str | Path = "/usr/share/man/man1") -> Iterator[Pair]:
-    """(DESCRIPTION, NAME description) of every manual page in directory; links and stubs skipped."""
+def manpage_pairs(directory: str | Path = "/usr/share/man/man1", titles: bool = False) -> Iterator[Pair]:
+    """(DESCRIPTION, NAME description) of every manual page in directory; links and stubs skipped. With
+    titles, the DESCRIPTION starts with the page's name in words ("git commit: ...")."""
     root = Path(directory)
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         if path.is_symlink() or not path.is_file():
@@ -113,11 +126,13 @@ def manpage_pairs(directory: str | Path = "/usr/share/man/man1") -> Iterator[Pai
             continue
         parsed = parse_manpage(text)
         if parsed:
-            yield Pair(parsed[0], parsed[1], page_item(path.name))
+            title = title_words(item_name(path.name.removesuffix(".gz").rsplit(".", 1)[0])) if titles else ""
+            yield Pair(titled(title, parsed[0]), parsed[1], page_item(path.name))
 
 
-def dpkg_pairs(status: str | Path = "/var/lib/dpkg/status") -> Iterator[Pair]:
-    """(long description, synopsis) of every package in dpkg's status file with a long enough description."""
+def dpkg_pairs(status: str | Path = "/var/lib/dpkg/status", titles: bool = False) -> Iterator[Pair]:
+    """(long description, synopsis) of every package in dpkg's status file with a long enough description;
+    with titles, the description starts with the package's name in words ("python3 numpy: ...")."""
     path = Path(status)
     text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     for block in text.split("\n\n"):
@@ -133,4 +148,5 @@ def dpkg_pairs(status: str | Path = "/var/lib/dpkg/status") -> Iterator[Pair]:
         words = [w for line in body.splitlines() if line.strip() != "." for w in line.split()]
         if len(words) >= MIN_DOCUMENT_WORDS and len(synopsis.split()) >= MIN_SUMMARY_WORDS:
             source = fields.get("Source", fields.get("Package", "")).split()[0] if fields else ""
-            yield Pair(" ".join(words[:MAX_DOCUMENT_WORDS]), synopsis.strip(), item_name(source))
+            title = title_words(item_name(fields.get("Package", ""))) if titles else ""
+            yield Pair(titled(title, " ".join(words[:MAX_DOCUMENT_WORDS])), synopsis.strip(), item_name(source))

@@ -58,6 +58,7 @@ def test_corpus_settings_added_later_keep_older_runs_keys() -> None:
     key when set and leaves it as it was (this digest, made before it existed) when not."""
     assert load_config(CONFIGS / "base.yaml").data_key() == "f369eafce96def8d"
     assert load_config(CONFIGS / "base.yaml", ["clean.min_overlap=0.3"]).data_key() != "f369eafce96def8d"
+    assert load_config(CONFIGS / "base.yaml", ["data.titles=true"]).data_key() != "f369eafce96def8d"
 
 
 def test_bad_yaml_names_the_file(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,39 @@ def test_docstring_corpus_reads_source_without_importing_it() -> None:
     pairs = list(docstring_pairs(("json",)))
     assert pairs and all(p.origin == "json" for p in pairs)
     assert any("JSON" in p.target or "json" in p.target.lower() for p in pairs)
+
+
+def test_docstring_titles_name_the_definition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "toypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "records.py").write_text(textwrap.dedent('''
+        """Records of events.
+
+        Each record holds one event's message and its arguments.
+        """
+        import sys
+
+        class LogRecord:
+            def getMessage(self):
+                """Return the message for this LogRecord.
+
+                The user-supplied arguments are merged into the message first.
+                """
+
+        if sys.platform:
+            def ensure_running():
+                """Make sure that a fork server is running.
+
+                This can be called from any process.
+                """
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    titled = {p.target: p.source for p in docstring_pairs(("toypkg",), titles=True)}
+    assert titled == {
+        "Records of events.": "toypkg records: Each record holds one event's message and its arguments.",
+        "Return the message for this LogRecord.":
+            "log record get message: The user-supplied arguments are merged into the message first.",
+        "Make sure that a fork server is running.": "ensure running: This can be called from any process."}
+    plain = [(p.source, p.target) for p in docstring_pairs(("toypkg",))]
+    assert plain == [(s.split(": ", 1)[1], t) for t, s in titled.items()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from training.clean import SplitConfig, split
 from training.data import Pair
-from training.summaries import dpkg_pairs, item_name, manpage_pairs, page_item, parse_manpage, unescape
+from training.summaries import dpkg_pairs, item_name, manpage_pairs, page_item, parse_manpage, title_words, unescape
 
 DESCRIPTION = ("List information about the FILEs (the current directory by default). Sort entries "
                "alphabetically if none of the sorting options is given.")
@@ -86,3 +86,27 @@ def test_a_split_by_origin_keeps_an_items_pairs_together() -> None:
     out = split(pairs, SplitConfig(dev=0.2, test=0.2, by_origin=True))
     sides = {side: {p.origin for p in getattr(out, side)} for side in ("train", "dev", "test")}
     assert not (sides["train"] & sides["test"]) and not (sides["train"] & sides["dev"]) and sides["train"]
+
+
+def test_titles_are_names_in_words() -> None:
+    assert title_words("cg_annotate") == "cg annotate"
+    assert title_words("LogRecord.getMessage") == "log record get message"
+    assert title_words("HTTPServer.serve_forever") == "http server serve forever"
+    assert title_words("python3-numpy") == "python3 numpy"
+    assert title_words("JSONEncoder.__init__") == "json encoder init"
+
+
+def test_with_titles_each_document_starts_with_its_item_s_name(tmp_path: Path) -> None:
+    (tmp_path / "ls.1.gz").write_bytes(gzip.compress(MAN.encode()))
+    git_page = MAN.replace("ls \\- list directory contents", "git-commit \\- record changes")
+    (tmp_path / "git-commit.1").write_text(git_page)
+    (tmp_path / "bugpoint-14.1").write_text(git_page.replace("git-commit", "bugpoint-14"))  # no version in titles
+    pages = {p.origin: p.source for p in manpage_pairs(tmp_path, titles=True)}
+    assert pages["bugpoint"].startswith("bugpoint: List")
+    assert pages["ls"].startswith("ls: List information about") and pages["git"].startswith("git commit: List")
+    assert [p.source for p in manpage_pairs(tmp_path)] == [s.split(": ", 1)[1] for s in pages.values()]
+    status = tmp_path / "status"
+    status.write_text("Package: python3-foo\nDescription: the foo module\n"
+                      " Foo computes bar from baz quickly and correctly, with care for memory and for threads.\n")
+    (package,) = dpkg_pairs(status, titles=True)
+    assert package.source.startswith("python3 foo: Foo computes bar") and package.target == "the foo module"
