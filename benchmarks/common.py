@@ -26,11 +26,24 @@ def marian_config(shape: dict[str, int], vocab_size: int, init_std: float, **ext
 
     pad = vocab_size - 1
     return MarianConfig(
-        vocab_size=vocab_size, d_model=shape["d_model"], encoder_layers=shape["N"], decoder_layers=shape["N"],
-        encoder_attention_heads=shape["h"], decoder_attention_heads=shape["h"], encoder_ffn_dim=shape["d_ff"],
-        decoder_ffn_dim=shape["d_ff"], max_position_embeddings=512, activation_function="swish",
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        pad_token_id=pad, eos_token_id=EOS, decoder_start_token_id=pad, forced_eos_token_id=EOS, init_std=init_std,
+        vocab_size=vocab_size,
+        d_model=shape["d_model"],
+        encoder_layers=shape["N"],
+        decoder_layers=shape["N"],
+        encoder_attention_heads=shape["h"],
+        decoder_attention_heads=shape["h"],
+        encoder_ffn_dim=shape["d_ff"],
+        decoder_ffn_dim=shape["d_ff"],
+        max_position_embeddings=512,
+        activation_function="swish",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=pad,
+        eos_token_id=EOS,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=EOS,
+        init_std=init_std,
         **extra,
     )
 

@@ -25,19 +25,24 @@ def check(name: str, cfg: ModelConfig, device: str, sentences: int, rows: int, c
     special = SpecialIds()
     model = Transformer(cfg).to(device).eval()
     rng = random.Random(0)
-    srcs = [[rng.randrange(4, cfg.src_vocab_size) for _ in range(rng.randint(3, 60))] + [special.eos]
-            for _ in range(sentences)]
-    cfgs = [DecodingConfig(max_len_a=0.0, max_len_b=rng.randint(5, 60), no_repeat_ngram_size=rng.choice((0, 2)))
-            for _ in srcs]
+    srcs = [
+        [rng.randrange(4, cfg.src_vocab_size) for _ in range(rng.randint(3, 60))] + [special.eos]
+        for _ in range(sentences)
+    ]
+    cfgs = [
+        DecodingConfig(max_len_a=0.0, max_len_b=rng.randint(5, 60), no_repeat_ngram_size=rng.choice((0, 2)))
+        for _ in srcs
+    ]
     loop, waiting = BeamLoop(model, special, 4), list(range(len(srcs)))
     got: dict[Hashable, list[Hypothesis]] = {}
     with torch.inference_mode():
         while waiting or loop:
-            take, waiting = waiting[:rows - len(loop)], waiting[rows - len(loop):]
+            take, waiting = waiting[: rows - len(loop)], waiting[rows - len(loop) :]
             loop.admit([srcs[i] for i in take], [cfgs[i] for i in take], take)
             got.update((s.tag, s.n_best()) for s in loop.step())
-        same = sum(got[i][0].tokens == search_all(model, [srcs[i]], [cfgs[i]], special)[0][0].tokens
-                   for i in range(compared))
+        same = sum(
+            got[i][0].tokens == search_all(model, [srcs[i]], [cfgs[i]], special)[0][0].tokens for i in range(compared)
+        )
     print(f"{name}: {same}/{compared} equal to their search alone ({sentences} sentences, up to {rows} at once)")
     return same == compared
 
@@ -51,8 +56,10 @@ def main() -> None:
     a = ap.parse_args()
     base = ModelConfig.from_preset("base", 8000, max_len=256)
     copying = ModelConfig.from_preset("small", 8000, max_len=256, norm="pre", copy=True, copy_follow=True)
-    ok = [check(name, cfg, a.device, a.sentences, a.rows, a.compared)
-          for name, cfg in (("base", base), ("small, copy + copy_follow", copying))]
+    ok = [
+        check(name, cfg, a.device, a.sentences, a.rows, a.compared)
+        for name, cfg in (("base", base), ("small, copy + copy_follow", copying))
+    ]
     raise SystemExit(0 if all(ok) else 1)
 
 

@@ -112,9 +112,17 @@ def write_tokenizer(hf_dir: Path, vocab_size: int, seed: int) -> None:
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(synthetic_text(3000, seed)), model_writer=model, vocab_size=min(1000, vocab_size - 1),
-        model_type="unigram", eos_id=EOS, unk_id=UNK, bos_id=-1, pad_id=-1, character_coverage=1.0,
-        minloglevel=2, num_threads=2,
+        sentence_iterator=iter(synthetic_text(3000, seed)),
+        model_writer=model,
+        vocab_size=min(1000, vocab_size - 1),
+        model_type="unigram",
+        eos_id=EOS,
+        unk_id=UNK,
+        bos_id=-1,
+        pad_id=-1,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=2,
     )
     for name in ("source.spm", "target.spm"):
         (hf_dir / name).write_bytes(model.getvalue())
@@ -126,8 +134,13 @@ def write_tokenizer(hf_dir: Path, vocab_size: int, seed: int) -> None:
         k += 1
     vocab["<pad>"] = vocab_size - 1
     (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    tokenizer = MarianTokenizer(source_spm=str(hf_dir / "source.spm"), target_spm=str(hf_dir / "target.spm"),
-                                vocab=str(hf_dir / "vocab.json"), source_lang="src", target_lang="tgt")
+    tokenizer = MarianTokenizer(
+        source_spm=str(hf_dir / "source.spm"),
+        target_spm=str(hf_dir / "target.spm"),
+        vocab=str(hf_dir / "vocab.json"),
+        source_lang="src",
+        target_lang="tgt",
+    )
     assert tokenizer.pad_token_id == vocab_size - 1 and tokenizer.eos_token_id == EOS
     tokenizer.save_pretrained(hf_dir)
 
@@ -144,14 +157,24 @@ def write_hf_model(hf_dir: Path, shape: dict[str, int], vocab_size: int, init_st
     MarianMTModel(config).save_pretrained(hf_dir)
 
 
-def make_workload(vocab_size: int, sentences: int, batch_size: int, beam_size: int, out_tokens: int,
-                  min_len: int, max_len: int, seed: int) -> Workload:
+def make_workload(
+    vocab_size: int,
+    sentences: int,
+    batch_size: int,
+    beam_size: int,
+    out_tokens: int,
+    min_len: int,
+    max_len: int,
+    seed: int,
+) -> Workload:
     """Random source ids (no special ids), min_len..max_len tokens each counting the final EOS."""
     rng = random.Random(seed)
     pad = vocab_size - 1
-    ids = [[rng.randrange(UNK + 1, pad) for _ in range(rng.randint(min_len, max_len) - 1)] + [EOS]
-           for _ in range(sentences)]
-    batches = [ids[i:i + batch_size] for i in range(0, sentences, batch_size)]
+    ids = [
+        [rng.randrange(UNK + 1, pad) for _ in range(rng.randint(min_len, max_len) - 1)] + [EOS]
+        for _ in range(sentences)
+    ]
+    batches = [ids[i : i + batch_size] for i in range(0, sentences, batch_size)]
     return Workload(batches, beam_size, out_tokens, pad)
 
 
@@ -170,8 +193,15 @@ def ours_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Namespace
     translator = Translator.load(work / "ours", device=args.device, dtype=args.dtype, threads=args.threads)
     model, special = translator.model, translator.tokenizer.special
     assert special.eos == EOS and special.pad == wl.pad, special
-    cfg = DecodingConfig(beam_size=wl.beam_size, n_best=1, min_length=wl.out_tokens, max_len_a=0,
-                         max_len_b=wl.out_tokens, length_penalty=1.0, length_penalty_form="average")
+    cfg = DecodingConfig(
+        beam_size=wl.beam_size,
+        n_best=1,
+        min_length=wl.out_tokens,
+        max_len_a=0,
+        max_len_b=wl.out_tokens,
+        length_penalty=1.0,
+        length_penalty_form="average",
+    )
     device = next(model.parameters()).device
 
     def decode(batch: list[list[int]]) -> list[list[int]]:
@@ -189,10 +219,19 @@ def transformers_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.N
     torch.set_num_threads(args.threads)
     model = MarianMTModel.from_pretrained(hf_dir, dtype=TORCH_DTYPES[args.dtype]).to(args.device).eval()
     options = dict(
-        num_beams=wl.beam_size, num_return_sequences=1, do_sample=False, length_penalty=1.0, early_stopping=True,
-        min_new_tokens=wl.out_tokens, max_new_tokens=wl.out_tokens, use_cache=True,
+        num_beams=wl.beam_size,
+        num_return_sequences=1,
+        do_sample=False,
+        length_penalty=1.0,
+        early_stopping=True,
+        min_new_tokens=wl.out_tokens,
+        max_new_tokens=wl.out_tokens,
+        use_cache=True,
         forced_eos_token_id=None,  # Marian's config forces EOS at the last step otherwise
-        bad_words_ids=[[wl.pad]], decoder_start_token_id=wl.pad, pad_token_id=wl.pad, eos_token_id=EOS,
+        bad_words_ids=[[wl.pad]],
+        decoder_start_token_id=wl.pad,
+        pad_token_id=wl.pad,
+        eos_token_id=EOS,
     )
 
     def decode(batch: list[list[int]]) -> list[list[int]]:
@@ -215,8 +254,9 @@ def ctranslate2_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Na
     if args.dtype not in ctranslate2.get_supported_compute_types(args.device):
         raise Skip(f"compute type {args.dtype} is not supported on {args.device}")
     ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
-    translator = ctranslate2.Translator(str(work / "ct2"), device=args.device, inter_threads=1,
-                                        intra_threads=args.threads, compute_type=args.dtype)
+    translator = ctranslate2.Translator(
+        str(work / "ct2"), device=args.device, inter_threads=1, intra_threads=args.threads, compute_type=args.dtype
+    )
     vocab: dict[str, int] = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
     pieces = {i: p for p, i in vocab.items()}
 
@@ -225,9 +265,14 @@ def ctranslate2_engine(hf_dir: Path, work: Path, wl: Workload, args: argparse.Na
         # the source ends in '</s>' as for the other engines. max_decoding_length counts output tokens
         # without EOS and stops there, so min = max = out_tokens gives exactly out_tokens tokens.
         results = translator.translate_batch(
-            [[pieces[i] for i in ids] for ids in batch], beam_size=wl.beam_size, num_hypotheses=1,
-            length_penalty=1.0, min_decoding_length=wl.out_tokens, max_decoding_length=wl.out_tokens,
-            return_end_token=False, max_batch_size=0,
+            [[pieces[i] for i in ids] for ids in batch],
+            beam_size=wl.beam_size,
+            num_hypotheses=1,
+            length_penalty=1.0,
+            min_decoding_length=wl.out_tokens,
+            max_decoding_length=wl.out_tokens,
+            return_end_token=False,
+            max_batch_size=0,
         )
         return [[vocab[p] for p in r.hypotheses[0]] for r in results]
 
@@ -247,8 +292,12 @@ def _ours(hf_dir: Path, work: Path, args: argparse.Namespace) -> tuple[Any, Any]
 
     import_marian(hf_dir, work / "ours")
     translator = Translator.load(work / "ours", device=args.device, dtype=args.dtype, threads=args.threads)
-    cfg = DecodingConfig(beam_size=args.beam_size, length_penalty=args.alpha, length_penalty_form="average",
-                         early_stopping=not args.bound).with_max_length(args.max_output)
+    cfg = DecodingConfig(
+        beam_size=args.beam_size,
+        length_penalty=args.alpha,
+        length_penalty_form="average",
+        early_stopping=not args.bound,
+    ).with_max_length(args.max_output)
     return translator, cfg
 
 
@@ -273,7 +322,7 @@ def ours_batched_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out = [""] * len(ids)
         for start in range(0, len(order), args.batch_size):
-            batch = order[start:start + args.batch_size]
+            batch = order[start : start + args.batch_size]
             for i, nbest in zip(batch, translator.search([ids[i] for i in batch], cfg), strict=True):
                 out[i] = translator.tokenizer.decode_target(nbest[0].tokens)
         synchronize(args.device)
@@ -293,12 +342,17 @@ def transformers_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # batches of similar length, as ours
         out = [""] * len(texts)
         for start in range(0, len(order), args.batch_size):
-            batch = order[start:start + args.batch_size]
+            batch = order[start : start + args.batch_size]
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True).to(args.device)
             with torch.inference_mode():
-                ids = model.generate(**enc, num_beams=args.beam_size, length_penalty=args.alpha,
-                                     early_stopping=not args.bound, max_new_tokens=args.max_output + 1,
-                                     bad_words_ids=[[tokenizer.pad_token_id]])
+                ids = model.generate(
+                    **enc,
+                    num_beams=args.beam_size,
+                    length_penalty=args.alpha,
+                    early_stopping=not args.bound,
+                    max_new_tokens=args.max_output + 1,
+                    bad_words_ids=[[tokenizer.pad_token_id]],
+                )
             for i, text in zip(batch, tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
                 out[i] = text
         synchronize(args.device)
@@ -319,23 +373,37 @@ def ctranslate2_text_engine(hf_dir: Path, work: Path, args: argparse.Namespace) 
     if args.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         raise Skip("this CTranslate2 build has no CUDA support (or sees no GPU)")
     ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
-    translator = ctranslate2.Translator(str(work / "ct2"), device=args.device, inter_threads=1,
-                                        intra_threads=args.threads, compute_type=args.ct2_compute or args.dtype)
+    translator = ctranslate2.Translator(
+        str(work / "ct2"),
+        device=args.device,
+        inter_threads=1,
+        intra_threads=args.threads,
+        compute_type=args.ct2_compute or args.dtype,
+    )
     source = spm.SentencePieceProcessor(model_file=str(hf_dir / "source.spm"))
     target = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
 
     def decode(texts: list[str]) -> list[str]:
         pieces = [source.encode(t, out_type=str) + ["</s>"] for t in texts]
-        results = translator.translate_batch(pieces, beam_size=args.beam_size, length_penalty=args.alpha,
-                                             max_decoding_length=args.max_output, max_batch_size=args.batch_size)
+        results = translator.translate_batch(
+            pieces,
+            beam_size=args.beam_size,
+            length_penalty=args.alpha,
+            max_decoding_length=args.max_output,
+            max_batch_size=args.batch_size,
+        )
         return [target.decode_pieces(r.hypotheses[0]) for r in results]
 
     return f"{args.device} {args.ct2_compute or args.dtype}", decode
 
 
 BUILDERS = {"ours": ours_engine, "transformers": transformers_engine, "ctranslate2": ctranslate2_engine}
-TEXT_BUILDERS = {"ours": ours_text_engine, "ours-batched": ours_batched_text_engine,
-                 "transformers": transformers_text_engine, "ctranslate2": ctranslate2_text_engine}
+TEXT_BUILDERS = {
+    "ours": ours_text_engine,
+    "ours-batched": ours_batched_text_engine,
+    "transformers": transformers_text_engine,
+    "ctranslate2": ctranslate2_text_engine,
+}
 
 
 def _pad(batch: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,16 +454,16 @@ class EngineProcess:
             return self.conn.recv()
         except EOFError:
             self.process.join(timeout=5)
-            raise RuntimeError(f"the {self.name} engine's process died (exit code {self.process.exitcode}); "
-                               "its traceback is above") from None
+            raise RuntimeError(
+                f"the {self.name} engine's process died (exit code {self.process.exitcode}); its traceback is above"
+            ) from None
 
     def close(self) -> None:
         self.conn.send("stop")
         self.process.join(timeout=30)
 
 
-def _engine_main(name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Namespace,
-                 conn: Connection) -> None:
+def _engine_main(name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Namespace, conn: Connection) -> None:
     """The engine process: build, warm up, then decode the workload on every "run"."""
     warnings.filterwarnings("ignore")
     base, _, compute_type = name.partition(":")
@@ -424,8 +492,16 @@ def _engine_main(name: str, hf_dir: Path, work: Path, wl: Any, args: argparse.Na
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     shape = SHAPES[args.shape]
-    wl = make_workload(args.vocab_size, args.sentences, args.batch_size, args.beam_size, args.out_tokens,
-                       args.min_src, args.max_src, args.seed)
+    wl = make_workload(
+        args.vocab_size,
+        args.sentences,
+        args.batch_size,
+        args.beam_size,
+        args.out_tokens,
+        args.min_src,
+        args.max_src,
+        args.seed,
+    )
     results: dict[str, EngineResult] = {}
     engines: dict[str, EngineProcess] = {}
     with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
@@ -466,8 +542,8 @@ def run_text(args: argparse.Namespace) -> dict[str, Any]:
     """The real workload: every engine translates the held-out text; sentences/s and BLEU."""
     import sacrebleu
 
-    texts = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines()][:args.sentences or None]
-    refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines()][:len(texts)]
+    texts = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines()][: args.sentences or None]
+    refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines()][: len(texts)]
     wl = TextWorkload([texts])
     seconds: dict[str, list[float]] = {}
     outputs: dict[str, list[str]] = {}
@@ -493,18 +569,30 @@ def run_text(args: argparse.Namespace) -> dict[str, Any]:
             for engine in engines.values():
                 engine.close()
     rule = "the exact bound" if args.bound else "beam_size ended"
-    print(f"real text: {len(texts)} sentences of {args.text}, beam {args.beam_size}, |Y|^{args.alpha:g}, at most "
-          f"{args.max_output} tokens, stopping at {rule}, batches of {args.batch_size}, {args.threads} threads; "
-          f"best of {args.repeats} repeats after a warm-up batch")
+    print(
+        f"real text: {len(texts)} sentences of {args.text}, beam {args.beam_size}, |Y|^{args.alpha:g}, at most "
+        f"{args.max_output} tokens, stopping at {rule}, batches of {args.batch_size}, {args.threads} threads; "
+        f"best of {args.repeats} repeats after a warm-up batch"
+    )
     print(f"{'engine':<14} {'compute':<16} {'sentences/s':>11} {'median':>8} {'BLEU':>6}  identical to ours")
-    summary: dict[str, Any] = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                               "sentences": len(texts), "engines": {}, "ratios": {}}
+    summary: dict[str, Any] = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "sentences": len(texts),
+        "engines": {},
+        "ratios": {},
+    }
     for name, out in outputs.items():
         rate, median = len(texts) / min(seconds[name]), len(texts) / statistics.median(seconds[name])
         bleu = sacrebleu.corpus_bleu(out, [refs]).score
         same = sum(a == b for a, b in zip(outputs.get("ours", []), out, strict=False))
-        summary["engines"][name] = {"compute": computes[name], "sentences_per_s": rate, "median_sentences_per_s":
-                                    median, "bleu": bleu, "seconds": seconds[name], "identical_to_ours": same}
+        summary["engines"][name] = {
+            "compute": computes[name],
+            "sentences_per_s": rate,
+            "median_sentences_per_s": median,
+            "bleu": bleu,
+            "seconds": seconds[name],
+            "identical_to_ours": same,
+        }
         print(f"{name:<14} {computes[name]:<16} {rate:>11.1f} {median:>8.1f} {bleu:>6.2f}  {same}/{len(texts)}")
     for mine, ours in summary["engines"].items():
         if mine.partition(":")[0] != "ours":
@@ -528,13 +616,17 @@ class TextWorkload:
 
 def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult]) -> dict[str, Any]:
     shape = SHAPES[args.shape]
-    print(f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
-          f"vocab {args.vocab_size}), {args.threads} threads, {wl.sentences} sentences in batches of "
-          f"{args.batch_size}, beam {wl.beam_size}, {wl.out_tokens} output tokens forced, source "
-          f"{args.min_src}-{args.max_src} tokens; best of {args.repeats} repeats after a warm-up batch")
+    print(
+        f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
+        f"vocab {args.vocab_size}), {args.threads} threads, {wl.sentences} sentences in batches of "
+        f"{args.batch_size}, beam {wl.beam_size}, {wl.out_tokens} output tokens forced, source "
+        f"{args.min_src}-{args.max_src} tokens; best of {args.repeats} repeats after a warm-up batch"
+    )
     base = results.get("ours")
-    print(f"{'engine':<14} {'compute':<16} {'tokens/s':>9} {'median':>9} {'best s':>8} {'tokens':>7} "
-          f"{'distinct/out':>12}  identical to ours")
+    print(
+        f"{'engine':<14} {'compute':<16} {'tokens/s':>9} {'median':>9} {'best s':>8} {'tokens':>7} "
+        f"{'distinct/out':>12}  identical to ours"
+    )
     identical: dict[str, int] = {}
     for name, r in results.items():
         if r.skipped:
@@ -545,12 +637,15 @@ def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResu
             identical[name] = sum(a == b for a, b in zip(base.outputs, r.outputs, strict=True))
             same = f"{identical[name]}/{wl.sentences}"
         distinct = statistics.mean(len(set(hyp)) for hyp in r.outputs)
-        print(f"{name:<14} {r.compute:<16} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
-              f"{min(r.seconds):>8.2f} {r.tokens:>7} {distinct:>12.1f}  {same}")
+        print(
+            f"{name:<14} {r.compute:<16} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
+            f"{min(r.seconds):>8.2f} {r.tokens:>7} {distinct:>12.1f}  {same}"
+        )
     peers = [r for name, r in results.items() if name.partition(":")[0] != "ours" and not r.skipped]
     if len(peers) == 2:  # the peers against each other, to tell our differences from theirs
         identical[f"{peers[0].name}/{peers[1].name}"] = same_peers = sum(
-            a == b for a, b in zip(peers[0].outputs, peers[1].outputs, strict=True))
+            a == b for a, b in zip(peers[0].outputs, peers[1].outputs, strict=True)
+        )
         print(f"{peers[0].name} and {peers[1].name} identical: {same_peers}/{wl.sentences}")
     ratios = {}
     for mine, m in results.items():
@@ -561,11 +656,16 @@ def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResu
                 ratios[f"{mine}/{name}"] = m.tokens_per_s / r.tokens_per_s
                 print(f"{mine} / {name}: {ratios[f'{mine}/{name}']:.2f}x")
     return {
-        "settings": {k: v for k, v in vars(args).items() if k != "json"}, "shape": shape,
-        "engines": {name: {k: v for k, v in asdict(r).items() if k != "outputs"}
-                    | {"tokens_per_s": r.tokens_per_s, "median_tokens_per_s": r.median_tokens_per_s}
-                    for name, r in results.items()},
-        "ratios": ratios, "identical": identical, "sentences": wl.sentences,
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "shape": shape,
+        "engines": {
+            name: {k: v for k, v in asdict(r).items() if k != "outputs"}
+            | {"tokens_per_s": r.tokens_per_s, "median_tokens_per_s": r.median_tokens_per_s}
+            for name, r in results.items()
+        },
+        "ratios": ratios,
+        "identical": identical,
+        "sentences": wl.sentences,
     }
 
 
@@ -577,13 +677,13 @@ def profile(decode: Decode, batch: list[list[int]], rows: int, device: str) -> N
     cuda = device.startswith("cuda")
     with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         decode(batch)
-    print(prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
-                                    row_limit=rows))
+    print(prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=rows))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--shape", choices=sorted(SHAPES), default="base")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of every engine")
     p.add_argument("--sentences", type=int, default=64, help="timed sentences per repeat (real: 0 is all)")
@@ -593,15 +693,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="the fastest repeat is reported")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float32",
-                   help="our engine's dtype; the peers use it too where they can")
+    p.add_argument(
+        "--dtype",
+        choices=sorted(TORCH_DTYPES),
+        default="float32",
+        help="our engine's dtype; the peers use it too where they can",
+    )
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--init-std", type=float, default=0.15, help="std of the random weights")
     p.add_argument("--min-src", type=int, default=10, help="shortest source, EOS included")
     p.add_argument("--max-src", type=int, default=40, help="longest source, EOS included")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                   help="afterwards, profile one batch of our engine and print this many ops by self time")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="afterwards, profile one batch of our engine and print this many ops by self time",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     real = p.add_argument_group("real workload (trained model, held-out text, natural stopping)")
     real.add_argument("--hf-dir", type=Path, help="a trained Hugging Face Marian directory (benchmarks/marian.py)")
@@ -609,8 +718,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     real.add_argument("--refs", type=Path, help="reference translations, one per line")
     real.add_argument("--alpha", type=float, default=0.6, help="length penalty |Y|^alpha")
     real.add_argument("--max-output", type=int, default=128, help="most output tokens")
-    real.add_argument("--bound", action="store_true",
-                      help="stop by the exact bound (early_stopping=False) instead of at beam_size ended")
+    real.add_argument(
+        "--bound",
+        action="store_true",
+        help="stop by the exact bound (early_stopping=False) instead of at beam_size ended",
+    )
     real.add_argument("--ct2-compute", default=None, help="CTranslate2's compute type (default: --dtype)")
     args = p.parse_args(argv)
     if args.text is not None and (args.hf_dir is None or args.refs is None):

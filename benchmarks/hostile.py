@@ -73,7 +73,7 @@ def memory(model_dir: Path, requests: int, translate_requests: int) -> dict[str,
         kinds = {"translate": ("/translate", body)}
         att = words_for(tokenizer, words, 200)
         kinds["attention"] = ("/attention", {"q": att, "max_length": 200})
-        job = {"texts": [" ".join(words[i:i + 12]) for i in range(10_000)], "beam_size": 1, "max_length": 4}
+        job = {"texts": [" ".join(words[i : i + 12]) for i in range(10_000)], "beam_size": 1, "max_length": 4}
         for kind, (path, payload) in kinds.items():
             start = time.perf_counter()
             count = translate_requests if kind == "translate" else requests
@@ -83,8 +83,10 @@ def memory(model_dir: Path, requests: int, translate_requests: int) -> dict[str,
             out[f"{kind}_seconds"] = time.perf_counter() - start
             out[f"rss_after_{kind}_mib"] = server.rss_mib()
             out[f"{kind}_answer_bytes"] = len(r.content)
-            log(f"  {count} x {kind}: {out[f'{kind}_answer_bytes'] >> 10} KiB answers, "
-                f"RSS {out[f'rss_after_{kind}_mib']:.0f} MiB")
+            log(
+                f"  {count} x {kind}: {out[f'{kind}_answer_bytes'] >> 10} KiB answers, "
+                f"RSS {out[f'rss_after_{kind}_mib']:.0f} MiB"
+            )
         start = time.perf_counter()
         for _ in range(requests):
             job_id = client.post("/jobs", json=job).json()["id"]
@@ -101,9 +103,11 @@ def memory(model_dir: Path, requests: int, translate_requests: int) -> dict[str,
 
 
 def hostile_bodies(limit: int) -> dict[str, bytes]:
-    return {"million_values": json.dumps({"q": [1] * 1_000_000}, separators=(",", ":")).encode(),
-            "million_strings": json.dumps({"q": ["ab"] * 600_000}, separators=(",", ":")).encode(),
-            "largest_job": json.dumps({"texts": [("kalo mine ruza " * 25)[:370]] * 10_000}).encode()[:limit]}
+    return {
+        "million_values": json.dumps({"q": [1] * 1_000_000}, separators=(",", ":")).encode(),
+        "million_strings": json.dumps({"q": ["ab"] * 600_000}, separators=(",", ":")).encode(),
+        "largest_job": json.dumps({"texts": [("kalo mine ruza " * 25)[:370]] * 10_000}).encode()[:limit],
+    }
 
 
 async def healthz_under_attack(model_dir: Path, attackers: int, seconds: float) -> dict[str, Any]:
@@ -119,9 +123,11 @@ async def healthz_under_attack(model_dir: Path, attackers: int, seconds: float) 
                 n = 0
                 while not stop.is_set():
                     if n % 4 == 3:  # a chunked body past the limit
+
                         async def chunks() -> Any:
                             for _ in range(64):
                                 yield b"x" * (1 << 20)
+
                         try:
                             r = await client.post("/translate", content=chunks())
                             answered[r.status_code] = answered.get(r.status_code, 0) + 1
@@ -144,13 +150,21 @@ async def healthz_under_attack(model_dir: Path, attackers: int, seconds: float) 
                     latencies.append(time.perf_counter() - start)
                     await asyncio.sleep(0.01)
             stop.set()
+
         await asyncio.gather(prober(), *(attacker(i) for i in range(attackers)))
     latencies.sort()
     q = statistics.quantiles(latencies, n=100)
-    out = {"healthz_probes": len(latencies), "healthz_p50_ms": 1000 * q[49], "healthz_p99_ms": 1000 * q[98],
-           "healthz_max_ms": 1000 * latencies[-1], "attack_answers": answered}
-    log(f"  /healthz under {attackers} hostile clients: p50 {out['healthz_p50_ms']:.1f} ms, "
-        f"p99 {out['healthz_p99_ms']:.1f} ms, max {out['healthz_max_ms']:.1f} ms; answers {answered}")
+    out = {
+        "healthz_probes": len(latencies),
+        "healthz_p50_ms": 1000 * q[49],
+        "healthz_p99_ms": 1000 * q[98],
+        "healthz_max_ms": 1000 * latencies[-1],
+        "attack_answers": answered,
+    }
+    log(
+        f"  /healthz under {attackers} hostile clients: p50 {out['healthz_p50_ms']:.1f} ms, "
+        f"p99 {out['healthz_p99_ms']:.1f} ms, max {out['healthz_max_ms']:.1f} ms; answers {answered}"
+    )
     return out
 
 
@@ -169,19 +183,28 @@ def worker_seconds(model_dir: Path) -> dict[str, Any]:
         (Path(tmp) / "m").symlink_to(model_dir.resolve())
         with server_at(Path(tmp)) as server, httpx.Client(base_url=server.url, timeout=3600) as client:
             start = time.perf_counter()
-            r = client.post("/translate", json={"q": [text] * 64, "beam_size": 8, "max_length": limit,
-                                                "min_length": limit})
+            r = client.post(
+                "/translate", json={"q": [text] * 64, "beam_size": 8, "max_length": limit, "min_length": limit}
+            )
             seconds = time.perf_counter() - start
             assert r.status_code == 200, r.text[:300]
     # The old costliest: 64 texts of 5000 characters (truncated at the model's limit), beam 8, input + 50.
     old_source = max_len
     old_limit = DecodingConfig().output_limit(old_source, max_len)
     old_cost = 64 * 8 * old_limit * (old_source + old_limit)
-    out = {"largest_source_tokens": source, "largest_max_length": limit, "largest_cost": cost,
-           "largest_seconds": seconds, "cost_per_second": cost / seconds, "old_largest_cost": old_cost,
-           "old_largest_seconds_estimate": old_cost / (cost / seconds)}
-    log(f"  costliest legal /translate: 64 x {source} tokens, beam 8, {limit} tokens out: cost {cost:,}, "
-        f"{seconds:.1f} s; under the old limits: cost {old_cost:,}, about {out['old_largest_seconds_estimate']:.0f} s")
+    out = {
+        "largest_source_tokens": source,
+        "largest_max_length": limit,
+        "largest_cost": cost,
+        "largest_seconds": seconds,
+        "cost_per_second": cost / seconds,
+        "old_largest_cost": old_cost,
+        "old_largest_seconds_estimate": old_cost / (cost / seconds),
+    }
+    log(
+        f"  costliest legal /translate: 64 x {source} tokens, beam 8, {limit} tokens out: cost {cost:,}, "
+        f"{seconds:.1f} s; under the old limits: cost {old_cost:,}, about {out['old_largest_seconds_estimate']:.0f} s"
+    )
     return out
 
 
@@ -189,8 +212,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=None, help="a trained checkpoint for part 3")
     p.add_argument("--requests", type=int, default=20, help="largest /attention and /jobs requests")
-    p.add_argument("--translate-requests", type=int, default=3,
-                   help="largest /translate requests (each is minutes of decoding on a CPU)")
+    p.add_argument(
+        "--translate-requests",
+        type=int,
+        default=3,
+        help="largest /translate requests (each is minutes of decoding on a CPU)",
+    )
     p.add_argument("--attackers", type=int, default=8)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--json", type=Path, default=None)

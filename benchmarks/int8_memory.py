@@ -46,8 +46,9 @@ def tensor_bytes(model: nn.Module) -> int:
 
 def int8_bytes(model: nn.Module) -> int:
     """tensor_bytes plus the packed int8 matrices: a byte per weight, a float32 scale and bias per output."""
-    packed = sum(m.in_features * m.out_features + 8 * m.out_features for m in model.modules()
-                 if isinstance(m, Int8Linear))
+    packed = sum(
+        m.in_features * m.out_features + 8 * m.out_features for m in model.modules() if isinstance(m, Int8Linear)
+    )
     return tensor_bytes(model) + packed
 
 
@@ -75,9 +76,11 @@ def files(name: str, cfg: ModelConfig) -> None:
         f32_size, int8_size = ((d / WEIGHTS_FILE).stat().st_size for d in (f32_dir, int8_dir))
         at_load = best_seconds(lambda: quantize_at_load(f32_dir))
         from_file = best_seconds(lambda: load_int8_checkpoint(int8_dir))
-    print(f"{name}: file float32 {f32_size / 2**20:.1f} MiB, int8 {int8_size / 2**20:.1f} MiB "
-          f"({int8_size / f32_size:.2f}x); load as int8 from float32 {at_load * 1000:.0f} ms, "
-          f"from the int8 file {from_file * 1000:.0f} ms ({at_load / from_file:.2f}x faster)")
+    print(
+        f"{name}: file float32 {f32_size / 2**20:.1f} MiB, int8 {int8_size / 2**20:.1f} MiB "
+        f"({int8_size / f32_size:.2f}x); load as int8 from float32 {at_load * 1000:.0f} ms, "
+        f"from the int8 file {from_file * 1000:.0f} ms ({at_load / from_file:.2f}x faster)"
+    )
 
 
 def main() -> None:

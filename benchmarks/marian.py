@@ -63,16 +63,31 @@ def write_tokenizer(hf_dir: Path, pairs: list[Pair], vocab_size: int) -> dict[st
     lines = [p.source for p in pairs] + [p.target for p in pairs]
     random.Random(0).shuffle(lines)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines[:200_000]), model_writer=model, vocab_size=vocab_size - 1, model_type="bpe",
-        eos_id=EOS, unk_id=UNK, bos_id=-1, pad_id=-1, character_coverage=1.0, minloglevel=2, num_threads=2)
+        sentence_iterator=iter(lines[:200_000]),
+        model_writer=model,
+        vocab_size=vocab_size - 1,
+        model_type="bpe",
+        eos_id=EOS,
+        unk_id=UNK,
+        bos_id=-1,
+        pad_id=-1,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=2,
+    )
     for name in ("source.spm", "target.spm"):
         (hf_dir / name).write_bytes(model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
     vocab["<pad>"] = len(vocab)
     (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    tokenizer = MarianTokenizer(source_spm=str(hf_dir / "source.spm"), target_spm=str(hf_dir / "target.spm"),
-                                vocab=str(hf_dir / "vocab.json"), source_lang="en", target_lang="de")
+    tokenizer = MarianTokenizer(
+        source_spm=str(hf_dir / "source.spm"),
+        target_spm=str(hf_dir / "target.spm"),
+        vocab=str(hf_dir / "vocab.json"),
+        source_lang="en",
+        target_lang="de",
+    )
     tokenizer.save_pretrained(hf_dir)
     return vocab
 
@@ -101,8 +116,10 @@ def train(hf_dir: Path, pairs: list[Pair], vocab_size: int, minutes: float, thre
     torch.set_num_threads(threads)
     tokenizer = MarianTokenizer.from_pretrained(hf_dir)
     pad = vocab_size - 1
-    ids = [(tokenizer(p.source).input_ids, tokenizer(text_target=p.target).input_ids) for p in
-           tqdm(pairs, desc="encoding", unit="pair", mininterval=2)]
+    ids = [
+        (tokenizer(p.source).input_ids, tokenizer(text_target=p.target).input_ids)
+        for p in tqdm(pairs, desc="encoding", unit="pair", mininterval=2)
+    ]
     ids = [(s, t) for s, t in ids if len(s) <= 100 and len(t) <= 100]
     hf_config = common.marian_config(SHAPES["small"], vocab_size, init_std=0.02, dropout=0.1)
     torch.manual_seed(0)
@@ -154,8 +171,12 @@ def export(model: Transformer, hf: Any) -> list[str]:
             for part, tensor in zip(parts, ours[name].chunk(len(parts)), strict=True):  # q | k | v along dim 0
                 theirs[part].copy_(tensor)
                 copied.add(part)
-        for name in ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                     "lm_head.weight"):
+        for name in (
+            "model.shared.weight",
+            "model.encoder.embed_tokens.weight",
+            "model.decoder.embed_tokens.weight",
+            "lm_head.weight",
+        ):
             if name in theirs:
                 theirs[name].copy_(ours["src_embed.tokens.weight"])
                 copied.add(name)

@@ -88,14 +88,26 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int, **overr
     special = SpecialIds()
     text = directory / "text.txt"
     text.write_text("\n".join(made_up_text(20000, seed)) + "\n")
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(directory / "spm"), vocab_size=vocab_size,
-                                   model_type="bpe", pad_id=special.pad, unk_id=special.unk, bos_id=special.bos,
-                                   eos_id=special.eos, minloglevel=2, num_threads=1)
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(directory / "spm"),
+        vocab_size=vocab_size,
+        model_type="bpe",
+        pad_id=special.pad,
+        unk_id=special.unk,
+        bos_id=special.bos,
+        eos_id=special.eos,
+        minloglevel=2,
+        num_threads=1,
+    )
     torch.manual_seed(seed)
     model = Transformer(ModelConfig.from_preset(shape, vocab_size, **overrides)).eval()
-    meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
-                                                                     target_model="spm.model"),
-                          source_lang="xx", target_lang="yy")
+    meta = CheckpointMeta(
+        model=model.cfg,
+        tokenizer=TokenizerConfig(source_model="spm.model", target_model="spm.model"),
+        source_lang="xx",
+        target_lang="yy",
+    )
     return save_checkpoint(directory / "models" / "bench", model, meta, tokenizer_dir=directory)
 
 
@@ -115,8 +127,9 @@ def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: 
     start = time.perf_counter()
     tr.translate(texts, cfg, max_batch_size=args.batch_size, max_batch_tokens=10**9)
     seconds = time.perf_counter() - start
-    level = Level("offline", before, len(texts), seconds, len(texts) * args.out_tokens / seconds,
-                  len(texts) / seconds, 0.0, 0.0)
+    level = Level(
+        "offline", before, len(texts), seconds, len(texts) * args.out_tokens / seconds, len(texts) / seconds, 0.0, 0.0
+    )
     if before >= 0:  # not the warm-up
         print(f"  offline        : {level.requests_per_s:8.1f} sentences/s", flush=True)
     return level
@@ -128,17 +141,27 @@ class ServerProcess:
 
     def __init__(self, models: Path, settings: dict[str, str], root: Path | None = None) -> None:
         import socket
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models), "TRANSFORMER_PORT": str(self.port),
-               **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()}}
+        env = {
+            **os.environ,
+            "TRANSFORMER_MODELS_DIR": str(models),
+            "TRANSFORMER_PORT": str(self.port),
+            **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()},
+        }
         env.pop("REDIS_URL", None)
         if root is not None:
             env["PYTHONPATH"] = str(root)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, cwd=root,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve"],
+            env=env,
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def __enter__(self) -> ServerProcess:
         deadline = time.monotonic() + 120
@@ -175,8 +198,11 @@ class Connection:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         data = json.dumps(body).encode()
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
@@ -214,22 +240,41 @@ async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespa
 
 def batches_so_far(url: str) -> tuple[float, float, float, float]:
     """(decoding steps, texts x steps, seconds of beam search steps, seconds of admission) of the server so far."""
-    metrics = dict(line.split(" ", 1) for line in httpx.get(f"{url}/metrics").text.splitlines()
-                   if line.startswith(("transformer_batch_size_", "transformer_decode_seconds_total",
-                                       "transformer_admit_seconds_total")))
-    return (float(metrics["transformer_batch_size_count"]), float(metrics["transformer_batch_size_sum"]),
-            float(metrics["transformer_decode_seconds_total"]),
-            float(metrics.get("transformer_admit_seconds_total", "nan")))  # nan: a --before checkout without it
+    metrics = dict(
+        line.split(" ", 1)
+        for line in httpx.get(f"{url}/metrics").text.splitlines()
+        if line.startswith(
+            ("transformer_batch_size_", "transformer_decode_seconds_total", "transformer_admit_seconds_total")
+        )
+    )
+    return (
+        float(metrics["transformer_batch_size_count"]),
+        float(metrics["transformer_batch_size_sum"]),
+        float(metrics["transformer_decode_seconds_total"]),
+        float(metrics.get("transformer_admit_seconds_total", "nan")),
+    )  # nan: a --before checkout without it
 
 
-def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], args: argparse.Namespace,
-                 ceiling: Callable[[int], Level] | None = None, root: Path | None = None) -> list[Level]:
+def serve_levels(
+    mode: str,
+    models: Path,
+    batch_size: int,
+    texts: list[str],
+    args: argparse.Namespace,
+    ceiling: Callable[[int], Level] | None = None,
+    root: Path | None = None,
+) -> list[Level]:
     """One server, driven by each number of clients in turn; with ceiling, the offline engine is measured
     before every level and after the last, so that each level has its ceiling from the minutes around it."""
     out = []
-    settings = {"threads": str(args.server_threads or args.threads), "device": args.device,
-                "max_batch_size": str(batch_size), "max_queue": "100000", "max_batch_tokens": "1000000",
-                "request_timeout_s": "600"}
+    settings = {
+        "threads": str(args.server_threads or args.threads),
+        "device": args.device,
+        "max_batch_size": str(batch_size),
+        "max_queue": "100000",
+        "max_batch_tokens": "1000000",
+        "request_timeout_s": "600",
+    }
     with ServerProcess(models, settings, root) as server:
         for n in args.clients:
             if ceiling is not None:
@@ -240,13 +285,25 @@ def serve_levels(mode: str, models: Path, batch_size: int, texts: list[str], arg
             seconds, lat = asyncio.run(drive(server.url, texts[:count], n, args))
             after = batches_so_far(server.url)
             q = statistics.quantiles(lat, n=100, method="inclusive")
-            level = Level(mode, n, count, seconds, count * args.out_tokens / seconds, count / seconds,
-                          1000 * statistics.median(lat), 1000 * q[98],
-                          (after[1] - before[1]) / max(1.0, after[0] - before[0]), (after[2] - before[2]) / seconds,
-                          (after[3] - before[3]) / seconds)
-            print(f"  {mode:8s} N={n:3d}: {level.requests_per_s:8.1f} sentences/s  "
-                  f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/step  "
-                  f"busy {100 * level.busy:3.0f}%  admitting {100 * level.admitting:3.0f}%", flush=True)
+            level = Level(
+                mode,
+                n,
+                count,
+                seconds,
+                count * args.out_tokens / seconds,
+                count / seconds,
+                1000 * statistics.median(lat),
+                1000 * q[98],
+                (after[1] - before[1]) / max(1.0, after[0] - before[0]),
+                (after[2] - before[2]) / seconds,
+                (after[3] - before[3]) / seconds,
+            )
+            print(
+                f"  {mode:8s} N={n:3d}: {level.requests_per_s:8.1f} sentences/s  "
+                f"p50 {level.p50_ms:7.0f} ms  p99 {level.p99_ms:7.0f} ms  {level.mean_batch:5.1f} texts/step  "
+                f"busy {100 * level.busy:3.0f}%  admitting {100 * level.admitting:3.0f}%",
+                flush=True,
+            )
             out.append(level)
         if ceiling is not None:
             out.append(ceiling(0))
@@ -262,7 +319,7 @@ def workload(args: argparse.Namespace, tmp: Path) -> tuple[Path, list[str]]:
     checkpoint = tmp / "models" / "bench"
     checkpoint.symlink_to(args.model.resolve())
     lines = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return checkpoint, lines[:args.sentences or None]
+    return checkpoint, lines[: args.sentences or None]
 
 
 def main() -> None:
@@ -277,12 +334,20 @@ def main() -> None:
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 32, 64])
     p.add_argument("--requests-per-client", type=int, default=16, help="forced workload: texts per client")
     p.add_argument("--min-requests", type=int, default=32)
-    p.add_argument("--server-threads", type=int, default=None,
-                   help="torch threads of the servers (default: --threads, as the offline engine)")
+    p.add_argument(
+        "--server-threads",
+        type=int,
+        default=None,
+        help="torch threads of the servers (default: --threads, as the offline engine)",
+    )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--no-batch-1", action="store_true", help="skip the batch-size-1 server")
-    p.add_argument("--before", type=Path, default=None,
-                   help="also serve with the code of this checkout (e.g. a worktree of the last release)")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also serve with the code of this checkout (e.g. a worktree of the last release)",
+    )
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--out-tokens", type=int, default=24, help="forced workload: tokens per output")
     p.add_argument("--seed", type=int, default=0)
@@ -294,12 +359,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint, texts = workload(args, Path(tmp))
         kind = f"real: {args.text}" if args.text else f"forced: shape {args.shape}, {args.out_tokens} tokens per output"
-        print(f"{kind}; {len(texts)} texts, beam {args.beam_size}, {args.threads} threads, batches of "
-              f"{args.batch_size}", flush=True)
+        print(
+            f"{kind}; {len(texts)} texts, beam {args.beam_size}, {args.threads} threads, batches of {args.batch_size}",
+            flush=True,
+        )
         tr = Translator.load(checkpoint, device=args.device, threads=args.threads)
-        offline(tr, texts[:args.batch_size], args, -1)  # warm-up
-        levels = serve_levels("serve", checkpoint.parent, args.batch_size, texts, args,
-                              ceiling=lambda n: offline(tr, texts, args, n))
+        offline(tr, texts[: args.batch_size], args, -1)  # warm-up
+        levels = serve_levels(
+            "serve", checkpoint.parent, args.batch_size, texts, args, ceiling=lambda n: offline(tr, texts, args, n)
+        )
         if not args.no_batch_1:
             levels += serve_levels("batch-1", checkpoint.parent, 1, texts, args)
         if args.before is not None:
@@ -319,20 +387,36 @@ def print_ratios(args: argparse.Namespace, levels: list[Level]) -> None:
         ceiling = (ceilings[i] + ceilings[i + 1]) / 2
         little = 1000 * n / ceiling  # ms: Little's law at offline speed
         before = by.get(("before", n))
-        ratios.append({"clients": n, "serve_over_batch1": d.requests_per_s / b.requests_per_s if b else None,
-                       "serve_over_before": d.requests_per_s / before.requests_per_s if before else None,
-                       "p50_over_before": d.p50_ms / before.p50_ms if before else None,
-                       "offline_sentences_per_s": ceiling, "serve_over_offline": d.requests_per_s / ceiling,
-                       "p99_over_p50": d.p99_ms / d.p50_ms, "p50_over_little": d.p50_ms / little})
+        ratios.append(
+            {
+                "clients": n,
+                "serve_over_batch1": d.requests_per_s / b.requests_per_s if b else None,
+                "serve_over_before": d.requests_per_s / before.requests_per_s if before else None,
+                "p50_over_before": d.p50_ms / before.p50_ms if before else None,
+                "offline_sentences_per_s": ceiling,
+                "serve_over_offline": d.requests_per_s / ceiling,
+                "p99_over_p50": d.p99_ms / d.p50_ms,
+                "p50_over_little": d.p50_ms / little,
+            }
+        )
         r = ratios[-1]
         over_b1 = f"{r['serve_over_batch1']:12.2f}x" if b else f"{'-':>13}"
-        vs = (f"  {r['serve_over_before']:11.2f}x  {r['p50_over_before']:15.2f}" if before else "")
-        print(f"{n:7d}  {over_b1}  {r['serve_over_offline']:12.2f}x  {r['p99_over_p50']:7.2f}  "
-              f"{r['p50_over_little']:15.2f}{vs}")
+        vs = f"  {r['serve_over_before']:11.2f}x  {r['p50_over_before']:15.2f}" if before else ""
+        print(
+            f"{n:7d}  {over_b1}  {r['serve_over_offline']:12.2f}x  {r['p99_over_p50']:7.2f}  "
+            f"{r['p50_over_little']:15.2f}{vs}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
-                                                      for k, v in vars(args).items()},
-                                         "levels": [asdict(lv) for lv in levels], "ratios": ratios}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                    "levels": [asdict(lv) for lv in levels],
+                    "ratios": ratios,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def held_out(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         rows = [json.loads(line) for line in args.jsonl.read_text(encoding="utf-8").splitlines() if line.strip()]
         return [r["source"] for r in rows], [r["target"] for r in rows]
     texts = args.text.read_text(encoding="utf-8").splitlines()
-    return texts, args.refs.read_text(encoding="utf-8").splitlines()[:len(texts)]
+    return texts, args.refs.read_text(encoding="utf-8").splitlines()[: len(texts)]
 
 
 def main() -> None:
@@ -50,13 +50,19 @@ def main() -> None:
     texts, refs = held_out(args)
     translator = Translator.load(args.model, device="cpu", threads=args.threads)
     translator.translate(texts[:32], beam_size=args.beam_size)  # warm-up
-    penalties = {"GNMT ((5+|Y|)/6)^a, limit input + 50 (defaults)": DecodingConfig(beam_size=args.beam_size),
-                 f"|Y|^a, limit {args.max_output}": DecodingConfig(
-                     beam_size=args.beam_size, length_penalty=args.alpha, length_penalty_form="average",
-                 ).with_max_length(args.max_output)}
+    penalties = {
+        "GNMT ((5+|Y|)/6)^a, limit input + 50 (defaults)": DecodingConfig(beam_size=args.beam_size),
+        f"|Y|^a, limit {args.max_output}": DecodingConfig(
+            beam_size=args.beam_size,
+            length_penalty=args.alpha,
+            length_penalty_form="average",
+        ).with_max_length(args.max_output),
+    }
     rows: list[dict[str, Any]] = []
-    print(f"{args.model}: {len(texts)} held-out sentences, beam {args.beam_size}, alpha {args.alpha:g}, "
-          f"{args.threads} threads")
+    print(
+        f"{args.model}: {len(texts)} held-out sentences, beam {args.beam_size}, alpha {args.alpha:g}, "
+        f"{args.threads} threads"
+    )
     print(f"{'length penalty and limit':<52} {'stopping':<22} {'sentences/s':>11} {'BLEU':>6}")
     for name, cfg in penalties.items():
         for early in (True, False):
@@ -65,8 +71,9 @@ def main() -> None:
             seconds = time.perf_counter() - start
             bleu = sacrebleu.corpus_bleu([t.text for t in out], [refs]).score
             rule = "beam_size ended" if early else "exact bound"
-            rows.append({"penalty": name, "early_stopping": early, "sentences_per_s": len(texts) / seconds,
-                         "bleu": bleu})
+            rows.append(
+                {"penalty": name, "early_stopping": early, "sentences_per_s": len(texts) / seconds, "bleu": bleu}
+            )
             print(f"{name:<52} {rule:<22} {len(texts) / seconds:>11.1f} {bleu:>6.2f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"model": str(args.model), "sentences": len(texts), "rows": rows}, indent=1))

@@ -108,8 +108,14 @@ def write_hf_model(hf_dir: Path, args: argparse.Namespace) -> Any:
     from transformers import MarianMTModel
 
     config = common.marian_config(
-        SHAPES[args.shape], args.vocab_size, args.init_std, dropout=args.p_drop, attention_dropout=0.0,
-        activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
+        SHAPES[args.shape],
+        args.vocab_size,
+        args.init_std,
+        dropout=args.p_drop,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
     )
     torch.manual_seed(args.seed)
     model = MarianMTModel._from_config(config, attn_implementation=args.hf_attention)
@@ -203,8 +209,9 @@ def phase(name: str, on: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.profiler.record_function(name) if on else contextlib.nullcontext()
 
 
-def train_step(engine: Engine, batch: Any, tokens: int, d_model: int, args: argparse.Namespace,
-               phases: bool = False) -> float:
+def train_step(
+    engine: Engine, batch: Any, tokens: int, d_model: int, args: argparse.Namespace, phases: bool = False
+) -> float:
     """Forward, label-smoothed loss, backward and an Adam step at the paper's rate; the summed loss."""
     from training.optim import noam_rate, set_rate
 
@@ -250,15 +257,20 @@ def sanity_check(engines: dict[str, Engine], wl: Workload, args: argparse.Namesp
             g = p.grad.float()
             if g.dim() == 2 and g.size(0) == args.vocab_size:  # the shared embedding: its pad row apart
                 pad_row = float(g[wl.pad].norm())
-                g = torch.cat([g[:wl.pad], g[wl.pad + 1:]])
+                g = torch.cat([g[: wl.pad], g[wl.pad + 1 :]])
             grads.append(g.norm())
-        out[name] = {"loss_per_token": float(loss) / tokens, "grad_norm": float(torch.stack(grads).norm()),
-                     "pad_row_grad_norm": pad_row}
+        out[name] = {
+            "loss_per_token": float(loss) / tokens,
+            "grad_norm": float(torch.stack(grads).norm()),
+            "pad_row_grad_norm": pad_row,
+        }
         e.optimizer.zero_grad(set_to_none=True)
         e.module.train()
     a, b = (out[n] for n in ENGINES)
     return {
-        **out, "tokens": tokens, "shape": list(batch.src.shape) + [batch.tgt_in.size(1)],
+        **out,
+        "tokens": tokens,
+        "shape": list(batch.src.shape) + [batch.tgt_in.size(1)],
         "loss_rel_diff": abs(a["loss_per_token"] - b["loss_per_token"]) / abs(b["loss_per_token"]),
         "grad_norm_rel_diff": abs(a["grad_norm"] - b["grad_norm"]) / abs(b["grad_norm"]),
         "logits_max_abs_diff": float((logits["ours"].float() - logits["transformers"].float()).abs().max()),
@@ -287,8 +299,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     labels = {"ours": " non-pad" if args.ours_skips_pad else "", "transformers": f" {args.hf_attention}"}
     results = {name: EngineResult(name, compute + labels[name]) for name in engines}
     sanity = sanity_check(engines, wl, args)
-    log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff "
-         f"{sanity['logits_max_abs_diff']:.2e}")
+    log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff {sanity['logits_max_abs_diff']:.2e}")
     timed = wl.timed(args.steps)
     for name, e in engines.items():
         for i in wl.timed(args.warmup_steps):  # warm-up, not timed
@@ -317,46 +328,69 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult],
-           sanity: dict[str, Any]) -> dict[str, Any]:
+def report(
+    args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult], sanity: dict[str, Any]
+) -> dict[str, Any]:
     shape = SHAPES[args.shape]
     timed = wl.timed(args.steps)
     real = sum(wl.tokens[i] for i in timed)
     padded = sum(wl.batches[i].tgt_out.numel() for i in timed)
-    print(f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
-          f"vocab {args.vocab_size}), {args.threads} threads, p_drop {args.p_drop}; {args.steps} steps per repeat "
-          f"from {len(wl.batches)} batches of <= {args.batch_tokens} tokens ({wl.sentences} sentences, source "
-          f"{args.min_src}-{args.max_src} tokens, target +-{args.tgt_spread:.0%}), {real} target tokens per repeat "
-          f"({real / padded:.0%} of the padded); best of {args.repeats} repeats after {args.warmup_steps} "
-          f"warm-up steps")
-    print(f"sanity, batch 0 in eval mode ({sanity['shape'][0]} sentences, source {sanity['shape'][1]}, target "
-          f"{sanity['shape'][2]}): loss/token ours {sanity['ours']['loss_per_token']:.6f} transformers "
-          f"{sanity['transformers']['loss_per_token']:.6f} (rel diff {sanity['loss_rel_diff']:.1e}), logits max "
-          f"abs diff {sanity['logits_max_abs_diff']:.1e} (of max |logit| {sanity['logits_max_abs']:.1f}), gradient "
-          f"norm rel diff {sanity['grad_norm_rel_diff']:.1e} (all but the <pad> embedding row, whose gradient "
-          f"norm is ours {sanity['ours']['pad_row_grad_norm']:.2e}, transformers "
-          f"{sanity['transformers']['pad_row_grad_norm']:.2e}: padding_idx): "
-          f"{'same function' if sanity['loss_rel_diff'] < 1e-3 else 'MISMATCH'}")
-    print(f"{'engine':<14} {'compute':<22} {'tokens/s':>9} {'median':>9} {'step-min':>9} {'best s':>8} "
-          f"{'s/step':>7} {'loss/token':>10}")
+    print(
+        f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
+        f"vocab {args.vocab_size}), {args.threads} threads, p_drop {args.p_drop}; {args.steps} steps per repeat "
+        f"from {len(wl.batches)} batches of <= {args.batch_tokens} tokens ({wl.sentences} sentences, source "
+        f"{args.min_src}-{args.max_src} tokens, target +-{args.tgt_spread:.0%}), {real} target tokens per repeat "
+        f"({real / padded:.0%} of the padded); best of {args.repeats} repeats after {args.warmup_steps} "
+        f"warm-up steps"
+    )
+    print(
+        f"sanity, batch 0 in eval mode ({sanity['shape'][0]} sentences, source {sanity['shape'][1]}, target "
+        f"{sanity['shape'][2]}): loss/token ours {sanity['ours']['loss_per_token']:.6f} transformers "
+        f"{sanity['transformers']['loss_per_token']:.6f} (rel diff {sanity['loss_rel_diff']:.1e}), logits max "
+        f"abs diff {sanity['logits_max_abs_diff']:.1e} (of max |logit| {sanity['logits_max_abs']:.1f}), gradient "
+        f"norm rel diff {sanity['grad_norm_rel_diff']:.1e} (all but the <pad> embedding row, whose gradient "
+        f"norm is ours {sanity['ours']['pad_row_grad_norm']:.2e}, transformers "
+        f"{sanity['transformers']['pad_row_grad_norm']:.2e}: padding_idx): "
+        f"{'same function' if sanity['loss_rel_diff'] < 1e-3 else 'MISMATCH'}"
+    )
+    print(
+        f"{'engine':<14} {'compute':<22} {'tokens/s':>9} {'median':>9} {'step-min':>9} {'best s':>8} "
+        f"{'s/step':>7} {'loss/token':>10}"
+    )
     for name, r in results.items():
-        print(f"{name:<14} {r.compute:<22} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
-              f"{r.step_min_tokens_per_s:>9.1f} {min(r.seconds):>8.2f} {min(r.seconds) / args.steps:>7.3f} "
-              f"{r.losses[-1]:>10.4f}")
+        print(
+            f"{name:<14} {r.compute:<22} {r.tokens_per_s:>9.1f} {r.median_tokens_per_s:>9.1f} "
+            f"{r.step_min_tokens_per_s:>9.1f} {min(r.seconds):>8.2f} {min(r.seconds) / args.steps:>7.3f} "
+            f"{r.losses[-1]:>10.4f}"
+        )
     ours, peer = results["ours"], results["transformers"]
-    ratios = {"ours/transformers": ours.tokens_per_s / peer.tokens_per_s,
-              "ours/transformers median": ours.median_tokens_per_s / peer.median_tokens_per_s,
-              "ours/transformers step-min": ours.step_min_tokens_per_s / peer.step_min_tokens_per_s}
-    print(f"ours / transformers: {ratios['ours/transformers']:.2f}x best, "
-          f"{ratios['ours/transformers median']:.2f}x median, {ratios['ours/transformers step-min']:.2f}x step-min")
+    ratios = {
+        "ours/transformers": ours.tokens_per_s / peer.tokens_per_s,
+        "ours/transformers median": ours.median_tokens_per_s / peer.median_tokens_per_s,
+        "ours/transformers step-min": ours.step_min_tokens_per_s / peer.step_min_tokens_per_s,
+    }
+    print(
+        f"ours / transformers: {ratios['ours/transformers']:.2f}x best, "
+        f"{ratios['ours/transformers median']:.2f}x median, {ratios['ours/transformers step-min']:.2f}x step-min"
+    )
     return {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "json"},
         "shape": shape,
-        "engines": {name: asdict(r) | {"tokens_per_s": r.tokens_per_s, "median_tokens_per_s": r.median_tokens_per_s,
-                                       "step_min_tokens_per_s": r.step_min_tokens_per_s}
-                    for name, r in results.items()},
-        "ratios": ratios, "sanity": sanity, "batches": len(wl.batches), "sentences": wl.sentences,
-        "target_tokens_per_repeat": real, "padded_target_tokens_per_repeat": padded,
+        "engines": {
+            name: asdict(r)
+            | {
+                "tokens_per_s": r.tokens_per_s,
+                "median_tokens_per_s": r.median_tokens_per_s,
+                "step_min_tokens_per_s": r.step_min_tokens_per_s,
+            }
+            for name, r in results.items()
+        },
+        "ratios": ratios,
+        "sanity": sanity,
+        "batches": len(wl.batches),
+        "sentences": wl.sentences,
+        "target_tokens_per_repeat": real,
+        "padded_target_tokens_per_repeat": padded,
     }
 
 
@@ -404,15 +438,17 @@ def profile(engines: dict[str, Engine], wl: Workload, args: argparse.Namespace) 
     per = {name: {op: (ms, count // n) for op, (ms, count) in ops.items()} for name, ops in per.items()}
     phases = {name: {p: per[name].get(p, (0.0, 0))[0] for p in PHASES} for name in names}
     ops = {name: {op: v for op, v in per[name].items() if op not in PHASES} for name in names}
-    print(f"\nprofile, ms per step over {n} steps, each step's fastest of {args.profile_rounds} rounds "
-          f"({'CUDA' if cuda else 'CPU'} wall time per phase):")
+    print(
+        f"\nprofile, ms per step over {n} steps, each step's fastest of {args.profile_rounds} rounds "
+        f"({'CUDA' if cuda else 'CPU'} wall time per phase):"
+    )
     print(f"{'phase':<12}" + "".join(f"{name:>14}" for name in names) + f"{'ratio':>8}")
     for p in (*PHASES, "total"):
         t = [sum(phases[name].values()) if p == "total" else phases[name][p] for name in names]
         print(f"{p:<12}" + "".join(f"{x:>14.1f}" for x in t) + f"{t[0] / t[1] if t[1] else math.nan:>8.2f}")
     top: list[str] = []
     for name in names:
-        for op, _ in sorted(ops[name].items(), key=lambda kv: -kv[1][0])[:args.profile]:
+        for op, _ in sorted(ops[name].items(), key=lambda kv: -kv[1][0])[: args.profile]:
             if op not in top:
                 top.append(op)
     top.sort(key=lambda op: -max(ops[name].get(op, (0.0, 0))[0] for name in names))
@@ -426,53 +462,91 @@ def profile(engines: dict[str, Engine], wl: Workload, args: argparse.Namespace) 
         print(f"{op[:45]:<46}" + "".join(cells))
     sums = [sum(ms for ms, _ in ops[name].values()) for name in names]
     print(f"{'all ops':<46}" + "".join(f"{x:>12.1f} {'':>6}" for x in sums))
-    return {"phases_ms": phases,
-            "ops_ms": {name: {op: ops[name][op][0] for op in top if op in ops[name]} for name in names}}
+    return {
+        "phases_ms": phases,
+        "ops_ms": {name: {op: ops[name][op][0] for op in top if op in ops[name]} for name in names},
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--shape", choices=sorted(SHAPES), default="base")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--steps", type=int, default=20, help="timed optimizer steps per repeat and engine")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help="untimed steps per engine before the repeats; default 3 on CPU, and on CUDA every timed "
-                        "batch once (each new shape costs cuDNN plan building)")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="untimed steps per engine before the repeats; default 3 on CPU, and on CUDA every timed "
+        "batch once (each new shape costs cuDNN plan building)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="the fastest repeat is reported, and the median")
-    p.add_argument("--batch-tokens", type=int, default=4096,
-                   help="source and target tokens per batch each, padding included (training.batching)")
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=4096,
+        help="source and target tokens per batch each, padding included (training.batching)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--dtype", choices=DTYPES, default="float32",
-                   help="bfloat16: float32 weights under torch.autocast, as the trainer does on CUDA")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="bfloat16: float32 weights under torch.autocast, as the trainer does on CUDA",
+    )
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--p-drop", type=float, default=0.1, help="dropout on embeddings and sub-layer outputs")
-    p.add_argument("--hf-attention", choices=("sdpa", "eager"), default="sdpa",
-                   help="transformers' attention implementation")
-    p.add_argument("--peer-loss", choices=("transformers", "ours"), default="transformers",
-                   help="transformers' loss code: its Trainer's LabelSmoother, or ours (compares the models alone)")
-    p.add_argument("--ours-all-positions", action="store_true",
-                   help="ours computes the logits of every target position, padding included, as transformers "
-                        "does, instead of only the non-pad ones as Trainer.step has it (Transformer.forward keep)")
+    p.add_argument(
+        "--hf-attention", choices=("sdpa", "eager"), default="sdpa", help="transformers' attention implementation"
+    )
+    p.add_argument(
+        "--peer-loss",
+        choices=("transformers", "ours"),
+        default="transformers",
+        help="transformers' loss code: its Trainer's LabelSmoother, or ours (compares the models alone)",
+    )
+    p.add_argument(
+        "--ours-all-positions",
+        action="store_true",
+        help="ours computes the logits of every target position, padding included, as transformers "
+        "does, instead of only the non-pad ones as Trainer.step has it (Transformer.forward keep)",
+    )
     p.add_argument("--init-std", type=float, default=0.02, help="std of the random weights")
-    p.add_argument("--sentences", type=int, default=4000,
-                   help="size of the synthetic corpus; the timed steps take its (shuffled) batches in turn")
+    p.add_argument(
+        "--sentences",
+        type=int,
+        default=4000,
+        help="size of the synthetic corpus; the timed steps take its (shuffled) batches in turn",
+    )
     p.add_argument("--min-src", type=int, default=5, help="shortest source, EOS included")
     p.add_argument("--max-src", type=int, default=60, help="longest source, EOS included")
     p.add_argument("--tgt-spread", type=float, default=0.2, help="target length = source length x (1 +- this)")
     p.add_argument("--warmup", type=int, default=4000, help="warmup of the learning-rate schedule (noam_rate)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                   help="afterwards, profile each engine and print this many top ops by self time per engine")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="afterwards, profile each engine and print this many top ops by self time per engine",
+    )
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled per engine and round")
-    p.add_argument("--profile-rounds", type=int, default=3,
-                   help="profiled rounds per engine; each step keeps its fastest round, op by op")
+    p.add_argument(
+        "--profile-rounds",
+        type=int,
+        default=3,
+        help="profiled rounds per engine; each step keeps its fastest round, op by op",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     args.betas, args.adam_eps, args.eps_ls = (0.9, 0.98), 1e-9, 0.1  # training.config.TrainConfig's defaults
     if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda, but torch sees no GPU (this torch build: "
-                f"{torch.__version__}, CUDA {torch.version.cuda or 'none'}); run with --device cpu")
+        p.error(
+            "--device cuda, but torch sees no GPU (this torch build: "
+            f"{torch.__version__}, CUDA {torch.version.cuda or 'none'}); run with --device cpu"
+        )
     if not 2 <= args.min_src <= args.max_src:
         p.error("need 2 <= --min-src <= --max-src")
     if args.sentences < 1:

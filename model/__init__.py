@@ -6,6 +6,15 @@ from model.transformer import Transformer
 from model.translator import Translation, Translator
 
 __all__ = [
-    "PRESETS", "CheckpointError", "ConfigError", "DecodingConfig", "InputError", "InputTooLongError",
-    "ModelConfig", "ModelError", "Transformer", "Translation", "Translator",
+    "PRESETS",
+    "CheckpointError",
+    "ConfigError",
+    "DecodingConfig",
+    "InputError",
+    "InputTooLongError",
+    "ModelConfig",
+    "ModelError",
+    "Transformer",
+    "Translation",
+    "Translator",
 ]

@@ -41,7 +41,7 @@ class Sentence:
     ended: list[Hypothesis] = field(default_factory=list)
 
     def n_best(self) -> list[Hypothesis]:
-        return sorted(self.ended, key=lambda hyp: -hyp.score)[:self.cfg.n_best]
+        return sorted(self.ended, key=lambda hyp: -hyp.score)[: self.cfg.n_best]
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,15 @@ class Candidates:
 
     @staticmethod
     def of(top: Tensor, token: Tensor, row: Tensor, going_on: Tensor, k: int) -> Candidates:
-        host = torch.cat([top[:, :k].double(), token[:, :k].double(), row[:, :k].double(),
-                          going_on[:, :1].double()], dim=1).tolist()  # (B, 3k + 1)
-        return Candidates(log_prob=[r[:k] for r in host], token=[[int(x) for x in r[k:2 * k]] for r in host],
-                          row=[[int(x) for x in r[2 * k:3 * k]] for r in host], best_going_on=[r[3 * k] for r in host])
+        host = torch.cat(
+            [top[:, :k].double(), token[:, :k].double(), row[:, :k].double(), going_on[:, :1].double()], dim=1
+        ).tolist()  # (B, 3k + 1)
+        return Candidates(
+            log_prob=[r[:k] for r in host],
+            token=[[int(x) for x in r[k : 2 * k]] for r in host],
+            row=[[int(x) for x in r[2 * k : 3 * k]] for r in host],
+            best_going_on=[r[3 * k] for r in host],
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def pad_batch(batch: Sequence[Sequence[int]], pad: int, device: torch.device | s
     S = max(len(ids) for ids in batch)
     src = torch.full((len(batch), S), pad, dtype=torch.long)
     for i, ids in enumerate(batch):
-        src[i, :len(ids)] = torch.tensor(ids)
+        src[i, : len(ids)] = torch.tensor(ids)
     mask = torch.arange(S)[None, :] < torch.tensor([len(ids) for ids in batch])[:, None]
     return src.to(device), mask.to(device)
 
@@ -92,8 +97,9 @@ class BeamLoop:
     the sentences that finished; drop() removes sentences nobody waits for.
     """
 
-    def __init__(self, model: Transformer, special: SpecialIds, beam_size: int, max_sentences: int | None = None
-                 ) -> None:
+    def __init__(
+        self, model: Transformer, special: SpecialIds, beam_size: int, max_sentences: int | None = None
+    ) -> None:
         self.model, self.special, self.k = model, special, beam_size
         self.max_sentences = max_sentences  # the most the caller admits at once: no cache room is made past it
         weight = next(model.parameters())
@@ -132,8 +138,10 @@ class BeamLoop:
         columns = max(self.history.size(1), 1)
         self.history = torch.cat([self.history, _widen(history, columns)])
         self.scores = torch.cat([self.scores, scores])
-        self.sentences += [Sentence(tag, cfg, limit, len(ids))
-                           for ids, cfg, limit, tag in zip(sources, cfgs, limits, tags, strict=True)]
+        self.sentences += [
+            Sentence(tag, cfg, limit, len(ids))
+            for ids, cfg, limit, tag in zip(sources, cfgs, limits, tags, strict=True)
+        ]
 
     @torch.inference_mode()
     def step(self) -> list[Sentence]:
@@ -187,7 +195,7 @@ class BeamLoop:
         logp[:, self.never] = -math.inf
         for b, s in enumerate(self.sentences):
             if s.cfg.banned_ids:
-                logp[b * k:(b + 1) * k, list(s.cfg.banned_ids)] = -math.inf
+                logp[b * k : (b + 1) * k, list(s.cfg.banned_ids)] = -math.inf
         early = [r for b, s in enumerate(self.sentences) if s.step < s.cfg.min_length for r in range(b * k, b * k + k)]
         if early:
             logp[early, eos] = -math.inf
@@ -197,7 +205,7 @@ class BeamLoop:
                 groups.setdefault((s.cfg.no_repeat_ngram_size, s.step), []).extend(range(b * k, b * k + k))
         for (n, step), group in groups.items():
             index = torch.tensor(group, device=self.device)
-            rows, ids = repeated_ngrams(self.history.index_select(0, index)[:, :step + 1], n)
+            rows, ids = repeated_ngrams(self.history.index_select(0, index)[:, : step + 1], n)
             logp[index[rows], ids] = -math.inf
         if eos_logp is not None:  # rows are sentences' beams: only the first is live at step 0
             rows_of = torch.tensor([r for b in empty for r in range(b * k, b * k + k)], device=self.device)
@@ -232,7 +240,7 @@ class BeamLoop:
             histories = self.history[[e[3] for e in ending]].tolist()
             for (b, last, log_prob, _), history in zip(ending, histories, strict=True):
                 s = self.sentences[b]
-                ids = history[1:s.step + 1] + ([] if last == eos else [last])
+                ids = history[1 : s.step + 1] + ([] if last == eos else [last])
                 length = len(ids) + (last == eos)  # |Y| counts the EOS when there is one
                 s.ended.append(Hypothesis(ids, log_prob / s.cfg.length_penalty_of(length), log_prob))
         return {b for b, s in enumerate(self.sentences) if is_done(s, found.best_going_on[b])}
@@ -269,7 +277,7 @@ def _widen(history: Tensor, columns: int) -> Tensor:
     if history.size(1) >= columns:
         return history
     wider = history.new_zeros(history.size(0), max(columns, 2 * history.size(1)))
-    wider[:, :history.size(1)] = history
+    wider[:, : history.size(1)] = history
     return wider
 
 
@@ -296,15 +304,21 @@ def repeated_ngrams(history: Tensor, n: int) -> tuple[Tensor, Tensor]:
         empty = history.new_empty(0)
         return empty, empty
     windows = history.unfold(1, n, 1)  # (R, t + 2 - n, n)
-    prefix = history[:, history.size(1) - n + 1:]  # (R, n - 1), the last n - 1 ids
+    prefix = history[:, history.size(1) - n + 1 :]  # (R, n - 1), the last n - 1 ids
     match = (windows[:, :, :-1] == prefix[:, None, :]).all(dim=-1)  # (R, t + 2 - n)
     rows, cols = match.nonzero(as_tuple=True)
     return rows, windows[rows, cols, -1]
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: DecodingConfig,
-                special: SpecialIds, stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    src_mask: Tensor,
+    cfg: DecodingConfig,
+    special: SpecialIds,
+    stop: Callable[[], bool] | None = None,
+) -> list[list[Hypothesis]]:
     """The n_best hypotheses of each source sentence, best first. src, src_mask: (B, S).
 
     stop, if given, is asked before every step; when it answers True the search raises SearchStopped.
@@ -314,8 +328,13 @@ def beam_search(model: Transformer, src: Tensor, src_mask: Tensor, cfg: Decoding
     return search_all(model, sources, [cfg] * len(sources), special, stop)
 
 
-def search_all(model: Transformer, sources: Sequence[Sequence[int]], cfgs: Sequence[DecodingConfig],
-               special: SpecialIds, stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+def search_all(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    cfgs: Sequence[DecodingConfig],
+    special: SpecialIds,
+    stop: Callable[[], bool] | None = None,
+) -> list[list[Hypothesis]]:
     """Every sentence admitted at once (each with its own options, one beam size), searched to the end."""
     results: dict[Hashable, list[Hypothesis]] = {}
     if not sources:

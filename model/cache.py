@@ -167,14 +167,32 @@ class DecoderCache:
                 kv, spare = _buffer(layer.kv, self.capacity, R), _buffer(layer.kv, self.capacity, R)
             for r0, r1, n in spans:
                 torch.index_select(layer.kv[:, :, :, :n], 0, beam_idx[r0:r1], out=kv[r0:r1, :, :, :n])
-            layers.append(replace(layer, kv=kv, spare=spare, cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
-                                  cross_v=_slots_moved(layer.cross_v, moved, len(kept))))
+            layers.append(
+                replace(
+                    layer,
+                    kv=kv,
+                    spare=spare,
+                    cross_k_t=_slots_moved(layer.cross_k_t, moved, len(kept)),
+                    cross_v=_slots_moved(layer.cross_v, moved, len(kept)),
+                )
+            )
         cross_bias = _slots_moved(self.cross_bias, moved, len(kept))
-        copy = None if self.copy is None else CopySource(_slots_moved(self.copy.keys_t, moved, len(kept)),
-                                                         _slots_moved(self.copy.ids, moved, len(kept)))
+        copy = (
+            None
+            if self.copy is None
+            else CopySource(
+                _slots_moved(self.copy.keys_t, moved, len(kept)), _slots_moved(self.copy.ids, moved, len(kept))
+            )
+        )
         in_order = slots == list(range(len(slots)))
-        return replace(self, layers=tuple(layers), cross_bias=cross_bias, lengths=lengths,
-                       slots=None if in_order else tuple(slots), copy=copy)
+        return replace(
+            self,
+            layers=tuple(layers),
+            cross_bias=cross_bias,
+            lengths=lengths,
+            slots=None if in_order else tuple(slots),
+            copy=copy,
+        )
 
     def trimmed(self, source_length: int) -> DecoderCache:
         """The same state with the source axis cut to source_length, once longer sentences have left (views:
@@ -182,8 +200,9 @@ class DecoderCache:
         S = source_length
         if self.cross_bias.size(-1) <= S:
             return self
-        layers = tuple(replace(layer, cross_k_t=layer.cross_k_t[..., :S], cross_v=layer.cross_v[:, :, :S])
-                       for layer in self.layers)
+        layers = tuple(
+            replace(layer, cross_k_t=layer.cross_k_t[..., :S], cross_v=layer.cross_v[:, :, :S]) for layer in self.layers
+        )
         copy = None if self.copy is None else CopySource(self.copy.keys_t[..., :S], self.copy.ids[..., :S])
         return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S], copy=copy)
 
@@ -206,7 +225,7 @@ class DecoderCache:
             else:  # new buffers, with room for more rows
                 kv = _with_rows(_buffer(old.kv, max(self.capacity, t + JOIN_ROOM), room * self.beams), R)
                 spare = _with_rows(_buffer(old.kv, kv.size(3), room * self.beams), R)
-                kv[:self.rows, :, :, :t] = old.kv[:, :, :, :t]
+                kv[: self.rows, :, :, :t] = old.kv[:, :, :, :t]
             k_t = _slots_joined(old.cross_k_t, add.cross_k_t, S, dim=-1, room=room)
             v = _slots_joined(old.cross_v, add.cross_v, S, dim=-2, room=room)
             layers.append(LayerCache(kv=kv, spare=spare, cross_k_t=k_t, cross_v=v))
@@ -216,10 +235,13 @@ class DecoderCache:
         slots = None if self.slots is None else self.slots + tuple(range(B, B + new.sentences))
         copy = None
         if self.copy is not None and new.copy is not None:
-            copy = CopySource(_slots_joined(self.copy.keys_t, new.copy.keys_t, S, dim=-1, room=room),
-                              _slots_joined(self.copy.ids, new.copy.ids, S, dim=-1, room=room))
-        return DecoderCache(layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots,
-                            copy=copy)
+            copy = CopySource(
+                _slots_joined(self.copy.keys_t, new.copy.keys_t, S, dim=-1, room=room),
+                _slots_joined(self.copy.ids, new.copy.ids, S, dim=-1, room=room),
+            )
+        return DecoderCache(
+            layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots, copy=copy
+        )
 
 
 def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:
@@ -311,4 +333,3 @@ def _buffer(like: Tensor, capacity: int, rows: int) -> Tensor:
     which must hold finite values: zeros, or what another row once wrote there. So no buffer is ever left
     uninitialized, and a row that takes over another's place needs no clearing."""
     return like.new_zeros(rows, like.size(1), 2, capacity, like.size(4))
-

@@ -56,9 +56,13 @@ class CheckpointMeta:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format_version": FORMAT_VERSION, "task": self.task, "source_lang": self.source_lang,
-            "target_lang": self.target_lang, "model": self.model.to_dict(),
-            "tokenizer": self.tokenizer.to_dict(), "extra": self.extra,
+            "format_version": FORMAT_VERSION,
+            "task": self.task,
+            "source_lang": self.source_lang,
+            "target_lang": self.target_lang,
+            "model": self.model.to_dict(),
+            "tokenizer": self.tokenizer.to_dict(),
+            "extra": self.extra,
             **({"weights": self.weights} if self.weights != "float32" else {}),
             **({"decoding": changed} if (changed := self.decoding.changed()) else {}),
         }
@@ -70,9 +74,13 @@ class CheckpointMeta:
         if data.get("task") not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {data.get('task')!r}")
         return cls(
-            model=ModelConfig.from_dict(data["model"]), tokenizer=TokenizerConfig.from_dict(data["tokenizer"]),
-            task=data["task"], source_lang=data.get("source_lang"), target_lang=data.get("target_lang"),
-            extra=dict(data.get("extra") or {}), weights=data.get("weights", "float32"),
+            model=ModelConfig.from_dict(data["model"]),
+            tokenizer=TokenizerConfig.from_dict(data["tokenizer"]),
+            task=data["task"],
+            source_lang=data.get("source_lang"),
+            target_lang=data.get("target_lang"),
+            extra=dict(data.get("extra") or {}),
+            weights=data.get("weights", "float32"),
             decoding=DecodingConfig.from_dict(data.get("decoding") or {}),
         )
 
@@ -127,16 +135,18 @@ def atomic_path(path: Path) -> Iterator[Path]:
             os.unlink(tmp)
 
 
-def save_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointMeta,
-                    tokenizer_dir: str | Path | None = None) -> Path:
+def save_checkpoint(
+    directory: str | Path, model: Transformer, meta: CheckpointMeta, tokenizer_dir: str | Path | None = None
+) -> Path:
     """Write a checkpoint; each file is replaced atomically. Tokenizer files are copied from tokenizer_dir."""
     if meta.weights != "float32":
         raise ValueError("save_checkpoint writes float32 weights; save_int8_checkpoint writes int8 ones")
     return write_checkpoint(directory, float_tensors(model), model, meta, tokenizer_dir)
 
 
-def save_int8_checkpoint(directory: str | Path, model: Transformer, meta: CheckpointMeta,
-                         tokenizer_dir: str | Path | None = None) -> Path:
+def save_int8_checkpoint(
+    directory: str | Path, model: Transformer, meta: CheckpointMeta, tokenizer_dir: str | Path | None = None
+) -> Path:
     """Write the float model as an int8 checkpoint: each weight of int8_names as int8 rows (under its own
     name) and their float32 scales (under the name + SCALE_SUFFIX); the rest as float32."""
     tensors = float_tensors(model)
@@ -145,8 +155,13 @@ def save_int8_checkpoint(directory: str | Path, model: Transformer, meta: Checkp
     return write_checkpoint(directory, tensors, model, replace(meta, weights="int8"), tokenizer_dir)
 
 
-def write_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], model: Transformer,
-                     meta: CheckpointMeta, tokenizer_dir: str | Path | None) -> Path:
+def write_checkpoint(
+    directory: str | Path,
+    tensors: dict[str, torch.Tensor],
+    model: Transformer,
+    meta: CheckpointMeta,
+    tokenizer_dir: str | Path | None,
+) -> Path:
     """Write tokenizer files, weights and config.json, each replaced atomically and readable by all (0644)."""
     directory = Path(directory)
     if not directory.is_dir():
@@ -171,8 +186,9 @@ def missing_weights(path: Path) -> CheckpointError:
     return CheckpointError(path, f"weights file is missing{hint}")
 
 
-def read_tensors(path: Path, expected: dict[str, tuple[tuple[int, ...], torch.dtype | None]]) -> Iterator[
-        tuple[str, torch.Tensor]]:
+def read_tensors(
+    path: Path, expected: dict[str, tuple[tuple[int, ...], torch.dtype | None]]
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Each tensor of a safetensors file that holds exactly the expected names, shapes and dtypes (None: any
     floating dtype)."""
     check_readable(path)
@@ -183,16 +199,17 @@ def read_tensors(path: Path, expected: dict[str, tuple[tuple[int, ...], torch.dt
             found = set(f.keys())
             missing, unexpected = sorted(set(expected) - found), sorted(found - set(expected))
             if missing or unexpected:
-                raise CheckpointError(path, f"tensors do not match the config: missing {missing[:5]}, "
-                                            f"unexpected {unexpected[:5]}")
+                raise CheckpointError(
+                    path, f"tensors do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+                )
             for name, (shape, dtype) in expected.items():
                 tensor = f.get_tensor(name)
                 if tuple(tensor.shape) != shape:
-                    raise CheckpointError(path, f"tensor {name} has shape {tuple(tensor.shape)}, "
-                                                f"the config needs {shape}")
+                    raise CheckpointError(
+                        path, f"tensor {name} has shape {tuple(tensor.shape)}, the config needs {shape}"
+                    )
                 if tensor.dtype != dtype and not (dtype is None and tensor.is_floating_point()):
-                    raise CheckpointError(path, f"tensor {name} is {tensor.dtype}, "
-                                                f"not {dtype or 'a floating type'}")
+                    raise CheckpointError(path, f"tensor {name} is {tensor.dtype}, not {dtype or 'a floating type'}")
                 yield name, tensor
     except SafetensorError as e:
         raise CheckpointError(path, f"not a valid safetensors file, truncated or of another format ({e})") from e
@@ -227,21 +244,26 @@ def load_int8_weights(model: Transformer, path: Path) -> Rows:
     for name in quantized:
         q, scale = tensors[name], tensors[name + SCALE_SUFFIX]
         if not bool(torch.isfinite(scale).all()) or not bool((scale > 0).all()) or int(q.min()) < -127:
-            raise CheckpointError(path, f"tensor {name}: int8 rows must lie in [-127, 127] with positive, "
-                                        "finite scales")
+            raise CheckpointError(
+                path, f"tensor {name}: int8 rows must lie in [-127, 127] with positive, finite scales"
+            )
         rows[name] = (q, scale)
     return rows
 
 
-def load_checkpoint(directory: str | Path, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[Transformer, CheckpointMeta]:
+def load_checkpoint(
+    directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[Transformer, CheckpointMeta]:
     """Build the model of config.json and fill it from model.safetensors, in eval mode."""
     directory = Path(directory)
     meta = read_meta(directory)
     if meta.weights != "float32":
-        raise CheckpointError(directory / CONFIG_FILE, f"holds {meta.weights} weights (written by `transformer "
-                                                       f"quantize`), for {meta.weights} inference only: load it "
-                                                       f"with dtype {meta.weights}, or use the float checkpoint")
+        raise CheckpointError(
+            directory / CONFIG_FILE,
+            f"holds {meta.weights} weights (written by `transformer "
+            f"quantize`), for {meta.weights} inference only: load it "
+            f"with dtype {meta.weights}, or use the float checkpoint",
+        )
     model = Transformer.for_loading(meta.model)
     load_weights(model, directory / WEIGHTS_FILE)
     return model.to(device=device, dtype=dtype).eval(), meta

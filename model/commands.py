@@ -25,22 +25,30 @@ def add_decoding_options(p: argparse.ArgumentParser) -> None:
         return f"(default: the model's own, else {default})"
 
     p.add_argument("--beam-size", type=int, default=None, help=own(d.beam_size))
-    p.add_argument("--n-best", type=int, default=None, help="hypotheses printed per input, tab-separated "
-                                                            + own(d.n_best))
+    p.add_argument(
+        "--n-best", type=int, default=None, help="hypotheses printed per input, tab-separated " + own(d.n_best)
+    )
     p.add_argument("--length-penalty", type=float, default=None, help="alpha " + own(d.length_penalty))
-    p.add_argument("--length-penalty-form", choices=["gnmt", "average"], default=None,
-                   help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq "
-                        + own(d.length_penalty_form))
-    p.add_argument("--max-len-a", type=float, default=None, help="longest output: a * input tokens + b "
-                                                                 + own(d.max_len_a))
+    p.add_argument(
+        "--length-penalty-form",
+        choices=["gnmt", "average"],
+        default=None,
+        help="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq " + own(d.length_penalty_form),
+    )
+    p.add_argument(
+        "--max-len-a", type=float, default=None, help="longest output: a * input tokens + b " + own(d.max_len_a)
+    )
     p.add_argument("--max-len-b", type=int, default=None, help=own(d.max_len_b))
     p.add_argument("--max-length", type=int, default=None, help="longest output in tokens, instead of a and b")
     p.add_argument("--min-length", type=int, default=None, help=own(d.min_length))
     p.add_argument("--no-repeat-ngram-size", type=int, default=None, help=own(d.no_repeat_ngram_size))
-    p.add_argument("--early-stopping", action=argparse.BooleanOptionalAction, default=None,
-                   help="stop an input once beam-size hypotheses have ended (fairseq, CTranslate2); "
-                        "--no-early-stopping searches until no live hypothesis can beat them (tensor2tensor) "
-                        + own(d.early_stopping))
+    p.add_argument(
+        "--early-stopping",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stop an input once beam-size hypotheses have ended (fairseq, CTranslate2); "
+        "--no-early-stopping searches until no live hypothesis can beat them (tensor2tensor) " + own(d.early_stopping),
+    )
 
 
 def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingConfig:
@@ -59,9 +67,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     p.add_argument("--scores", action="store_true", help="print each hypothesis' score before it")
     p.add_argument("--truncate", action="store_true", help="cut inputs longer than the model's limit")
-    p.add_argument("--skip-errors", action="store_true",
-                   help="write an empty line for an input the model cannot take (too long, invalid Unicode) "
-                        "and go on, instead of stopping there")
+    p.add_argument(
+        "--skip-errors",
+        action="store_true",
+        help="write an empty line for an input the model cannot take (too long, invalid Unicode) "
+        "and go on, instead of stopping there",
+    )
     add_decoding_options(p)
     p.set_defaults(run=run_translate)
 
@@ -96,12 +107,18 @@ def run_translate(args: argparse.Namespace) -> int:
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     cfg = decoding_config(args, tr.meta.decoding)
     # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
-    source = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape") \
-        if hasattr(sys.stdin, "buffer") else sys.stdin
+    source = (
+        io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+        if hasattr(sys.stdin, "buffer")
+        else sys.stdin
+    )
     done = 0  # lines before this chunk
     for lines in chunks(source, max(args.batch_size * 8, 64)):
-        problems = {i: problem for i, line in enumerate(lines)
-                    if (problem := line_problem(tr, line, done + i + 1, args.truncate)) is not None}
+        problems = {
+            i: problem
+            for i, line in enumerate(lines)
+            if (problem := line_problem(tr, line, done + i + 1, args.truncate)) is not None
+        }
         first = min(problems, default=None)
         if first is not None and not args.skip_errors:
             write(tr.translate(lines[:first], cfg, truncate=args.truncate, max_batch_size=args.batch_size), args)
@@ -149,6 +166,7 @@ def run_quantize(args: argparse.Namespace) -> int:
     from model.checkpoint import quantize_checkpoint
 
     src, out = quantize_checkpoint(args.src, args.out, force=args.force)
-    print(f"wrote {args.out}: weights {src / 2**20:.1f} MiB -> {out / 2**20:.1f} MiB ({out / src:.2f}x)",
-          file=sys.stderr)
+    print(
+        f"wrote {args.out}: weights {src / 2**20:.1f} MiB -> {out / 2**20:.1f} MiB ({out / src:.2f}x)", file=sys.stderr
+    )
     return 0

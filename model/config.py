@@ -72,8 +72,9 @@ class ModelConfig:
                 f"({self.src_vocab_size}) != tgt_vocab_size ({self.tgt_vocab_size})"
             )
         if self.read_first != 0 and not 2 <= self.read_first <= self.max_len:
-            raise ConfigError(f"read_first must be 0 (read all) or from 2 to max_len ({self.max_len}), "
-                              f"got {self.read_first}")
+            raise ConfigError(
+                f"read_first must be 0 (read all) or from 2 to max_len ({self.max_len}), got {self.read_first}"
+            )
         if self.copy and not self.share_embeddings:
             raise ConfigError("copy needs one vocabulary for source and target (share_embeddings)")
         if self.copy_follow and not self.copy:
@@ -96,11 +97,12 @@ class ModelConfig:
         """The source ids (ending in EOS) the encoder reads: the first read_first of them, still ending in EOS."""
         if not self.read_first or len(ids) <= self.read_first:
             return ids
-        return [*ids[:self.read_first - 1], eos]
+        return [*ids[: self.read_first - 1], eos]
 
     @classmethod
-    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int | None = None,
-                    **overrides: Any) -> ModelConfig:
+    def from_preset(
+        cls, name: str, src_vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any
+    ) -> ModelConfig:
         """A Table 3 preset (``base`` or ``big``) or the small CPU ``tiny``/``small`` shapes."""
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -131,8 +133,15 @@ class DecodingConfig:
 
     # The fields a request (service.schemas.DecodeOptions) or a command line flag sets one by one over a model's
     # own options; max_length, for both, sets max_len_a and max_len_b (with_max_length).
-    OPTIONS: ClassVar[tuple[str, ...]] = ("beam_size", "n_best", "length_penalty", "length_penalty_form",
-                                          "min_length", "no_repeat_ngram_size", "early_stopping")
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "beam_size",
+        "n_best",
+        "length_penalty",
+        "length_penalty_form",
+        "min_length",
+        "no_repeat_ngram_size",
+        "early_stopping",
+    )
 
     beam_size: int = 4
     n_best: int = 1

@@ -30,11 +30,17 @@ def check_readable(path: Path) -> None:
         is_dir = path.is_dir()
         exists = is_dir or path.exists()
     except PermissionError:  # a directory above it cannot be entered
-        raise CheckpointError(path, f"permission denied: user {os.getuid()} cannot reach it; make its "
-                                    "directories readable by the service's user (chmod a+rx)") from None
+        raise CheckpointError(
+            path,
+            f"permission denied: user {os.getuid()} cannot reach it; make its "
+            "directories readable by the service's user (chmod a+rx)",
+        ) from None
     if exists and not os.access(path, os.R_OK | (os.X_OK if is_dir else 0)):
-        raise CheckpointError(path, f"permission denied: user {os.getuid()} cannot read it; a service running as "
-                                    "another user needs the model's files readable by it (chmod -R a+rX)")
+        raise CheckpointError(
+            path,
+            f"permission denied: user {os.getuid()} cannot read it; a service running as "
+            "another user needs the model's files readable by it (chmod -R a+rX)",
+        )
 
 
 class InputError(ModelError, ValueError):

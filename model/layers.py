@@ -16,8 +16,9 @@ from model.config import ModelConfig
 KV = tuple[Tensor, Tensor]
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
-              need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, need_weights: bool = False
+) -> tuple[Tensor, Tensor | None]:
     """Scaled dot-product attention, softmax(QK^T / sqrt(d_k)) V (§3.2.1, Eq. 1).
 
     q: (B, h, T, d_k); k, v: (B, h, S, d_k); mask: bool, True where a key may be attended,
@@ -96,8 +97,14 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False,
-                need_weights: bool = False, tokens: Tokens | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        tokens: Tokens | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """All positions at once. x: (B, T, d_model), or with tokens (n, d_model), the real ones."""
         qkv = self.qkv(x) if tokens is None else tokens.unpack(self.qkv(x))  # (B, T, 3 * d_model)
         B, T, _ = qkv.shape
@@ -121,8 +128,12 @@ class SelfAttention(nn.Module):
         else:  # each range of rows reads only as many keys as its rows hold
             bias = where.bias
             assert bias is not None, "rows at different positions have a bias"
-            y = torch.cat([step_attention(q[r0:r1], k[r0:r1, :, :n].transpose(-2, -1), v[r0:r1, :, :n],
-                                          bias[r0:r1, ..., :n]) for r0, r1, n in where.spans])  # (R, h, 1, d_k)
+            y = torch.cat(
+                [
+                    step_attention(q[r0:r1], k[r0:r1, :, :n].transpose(-2, -1), v[r0:r1, :, :n], bias[r0:r1, ..., :n])
+                    for r0, r1, n in where.spans
+                ]
+            )  # (R, h, 1, d_k)
         return self.out(merge_heads(y))
 
 
@@ -249,8 +260,9 @@ class Embedding(nn.Module):
         if cfg.positions == "learned":
             self.positions = nn.Embedding(cfg.max_len, cfg.d_model)
         else:
-            self.register_buffer("table", sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout),
-                                 persistent=False)
+            self.register_buffer(
+                "table", sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout), persistent=False
+            )
         self.drop = Dropout(cfg.p_drop)
         self.cfg = cfg
 
@@ -264,8 +276,8 @@ class Embedding(nn.Module):
     def position(self, start: int, length: int) -> Tensor:
         """Position vectors for positions start .. start + length - 1: (length, d_model)."""
         if self.positions is not None:
-            return self.positions.weight[start:start + length]
-        return self.get_buffer("table")[start:start + length]
+            return self.positions.weight[start : start + length]
+        return self.get_buffer("table")[start : start + length]
 
     def at(self, ids: Tensor, where: StepPositions) -> Tensor:
         """ids: (R,), one token per row at the step's positions -> (R, 1, d_model)."""

@@ -26,8 +26,7 @@ def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     """Our ModelConfig for a Hugging Face MarianConfig dict."""
     if hf.get("model_type") != "marian":
         raise CheckpointError(path, f"model_type is {hf.get('model_type')!r}, not 'marian'")
-    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or \
-            hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
+    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
         raise CheckpointError(path, "encoder and decoder of different widths are not supported")
     if hf.get("normalize_before", False) or hf.get("add_final_layer_norm", False):
         raise CheckpointError(path, "pre-LN Marian variants are not supported")
@@ -37,12 +36,21 @@ def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     vocab = hf["vocab_size"]
     shared = hf.get("share_encoder_decoder_embeddings", True)
     return ModelConfig(
-        src_vocab_size=vocab, tgt_vocab_size=vocab if shared else hf.get("decoder_vocab_size") or vocab,
-        N=hf["encoder_layers"], N_dec=hf["decoder_layers"], d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
-        h=hf["encoder_attention_heads"], p_drop=float(hf.get("dropout", 0.1)),
-        max_len=hf.get("max_position_embeddings", 512), activation=activation,  # type: ignore[arg-type]
-        position_layout="halves", scale_embedding=bool(hf.get("scale_embedding", False)),
-        share_embeddings=shared, tie_output=bool(hf.get("tie_word_embeddings", True)), logits_bias=True,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab if shared else hf.get("decoder_vocab_size") or vocab,
+        N=hf["encoder_layers"],
+        N_dec=hf["decoder_layers"],
+        d_model=hf["d_model"],
+        d_ff=hf["encoder_ffn_dim"],
+        h=hf["encoder_attention_heads"],
+        p_drop=float(hf.get("dropout", 0.1)),
+        max_len=hf.get("max_position_embeddings", 512),
+        activation=activation,  # type: ignore[arg-type]
+        position_layout="halves",
+        scale_embedding=bool(hf.get("scale_embedding", False)),
+        share_embeddings=shared,
+        tie_output=bool(hf.get("tie_word_embeddings", True)),
+        logits_bias=True,
         ln_eps=1e-5,
     )
 
@@ -91,8 +99,9 @@ def convert_weights(cfg: ModelConfig, path: Path) -> Transformer:
     ours = dict(model.named_parameters())
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            tensors = {name: torch.cat([_first(f, [hf], path) for hf in parts])
-                       for name, parts in tensor_map(cfg).items()}
+            tensors = {
+                name: torch.cat([_first(f, [hf], path) for hf in parts]) for name, parts in tensor_map(cfg).items()
+            }
             shared = ["model.shared.weight", "model.encoder.embed_tokens.weight"]
             tensors["src_embed.tokens.weight"] = _first(f, shared, path)
             if not cfg.share_embeddings:
@@ -114,16 +123,20 @@ def convert_weights(cfg: ModelConfig, path: Path) -> Transformer:
     return model
 
 
-def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str | None = None,
-                  target_lang: str | None = None) -> Path:
+def import_marian(
+    hf_dir: str | Path, out_dir: str | Path, source_lang: str | None = None, target_lang: str | None = None
+) -> Path:
     """Convert a saved Hugging Face Marian directory into our checkpoint directory."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     weights = hf_dir / "model.safetensors"
     for path in (hf_dir, weights, hf_dir / "config.json"):
         check_readable(path)
     if not weights.is_file():
-        hint = " (pytorch_model.bin is a pickle and is never loaded; re-save with safetensors)" \
-            if (hf_dir / "pytorch_model.bin").exists() else ""
+        hint = (
+            " (pytorch_model.bin is a pickle and is never loaded; re-save with safetensors)"
+            if (hf_dir / "pytorch_model.bin").exists()
+            else ""
+        )
         raise CheckpointError(weights, f"weights file is missing{hint}")
     config_path = hf_dir / "config.json"
     try:
@@ -134,20 +147,35 @@ def import_marian(hf_dir: str | Path, out_dir: str | Path, source_lang: str | No
     except (json.JSONDecodeError, KeyError) as e:
         raise CheckpointError(config_path, f"not a Marian config ({e!r})") from e
     pad = hf.get("pad_token_id", cfg.tgt_vocab_size - 1)
-    special = SpecialIds(pad=pad, unk=1, bos=hf.get("decoder_start_token_id", pad), eos=hf.get("eos_token_id", 0),
-                         decoder_start=hf.get("decoder_start_token_id", pad))
+    special = SpecialIds(
+        pad=pad,
+        unk=1,
+        bos=hf.get("decoder_start_token_id", pad),
+        eos=hf.get("eos_token_id", 0),
+        decoder_start=hf.get("decoder_start_token_id", pad),
+    )
     target_vocab = "target_vocab.json" if (hf_dir / "target_vocab.json").is_file() else "vocab.json"
-    tok = TokenizerConfig(source_model="source.spm", target_model="target.spm", source_vocab="vocab.json",
-                          target_vocab=target_vocab, special=special)
+    tok = TokenizerConfig(
+        source_model="source.spm",
+        target_model="target.spm",
+        source_vocab="vocab.json",
+        target_vocab=target_vocab,
+        special=special,
+    )
     for name in tok.files():
         check_readable(hf_dir / name)
         if not (hf_dir / name).is_file():
             raise CheckpointError(hf_dir / name, "tokenizer file is missing")
     model = convert_weights(cfg, weights)
     langs = _languages(hf_dir)
-    meta = CheckpointMeta(model=cfg, tokenizer=tok, task="translation",
-                          source_lang=source_lang or langs[0], target_lang=target_lang or langs[1],
-                          extra={"imported_from": "marian", "source": str(hf_dir.resolve())})
+    meta = CheckpointMeta(
+        model=cfg,
+        tokenizer=tok,
+        task="translation",
+        source_lang=source_lang or langs[0],
+        target_lang=target_lang or langs[1],
+        extra={"imported_from": "marian", "source": str(hf_dir.resolve())},
+    )
     return save_checkpoint(out_dir, model, meta, tokenizer_dir=hf_dir)
 
 

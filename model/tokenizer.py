@@ -51,8 +51,11 @@ class TokenizerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "type": "sentencepiece", "source_model": self.source_model, "target_model": self.target_model,
-            "source_vocab": self.source_vocab, "target_vocab": self.target_vocab,
+            "type": "sentencepiece",
+            "source_model": self.source_model,
+            "target_model": self.target_model,
+            "source_vocab": self.source_vocab,
+            "target_vocab": self.target_vocab,
             "special": self.special.__dict__.copy(),
         }
 
@@ -76,8 +79,9 @@ def check_unicode(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(f"invalid Unicode: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start}") \
-            from None
+        raise InputError(
+            f"invalid Unicode: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start}"
+        ) from None
 
 
 class _Side:
@@ -103,7 +107,7 @@ class _Side:
         check_unicode(text)
         code = LANGUAGE_CODE.match(text) if self.vocab is not None else None
         prefix = [code.group(1)] if code else []
-        rest = text[code.end():] if code else text
+        rest = text[code.end() :] if code else text
         return prefix + list(self.sp.encode(rest, out_type=str))
 
     def to_ids(self, pieces: list[str]) -> list[int]:
@@ -125,8 +129,9 @@ class Tokenizer:
         self.cfg = cfg
         self.special = cfg.special
         self.source = _Side(directory, cfg.source_model, cfg.source_vocab, cfg.special.unk)
-        self.target = self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab,
-                                                           cfg.special.unk)
+        self.target = (
+            self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
+        )
 
     def source_pieces(self, text: str) -> list[str]:
         return self.source.encode(text) + [self.source.pieces[self.special.eos]]

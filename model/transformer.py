@@ -32,8 +32,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.ffn_norm = Residual(cfg)
 
-    def forward(self, x: Tensor, mask: Tensor, need_weights: bool = False,
-                tokens: Tokens | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, mask: Tensor, need_weights: bool = False, tokens: Tokens | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.self_attn(self.attn_norm.enter(x), mask=mask, need_weights=need_weights, tokens=tokens)
         x = self.attn_norm.exit(x, a)
         x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
@@ -72,8 +73,9 @@ class DecoderLayer(nn.Module):
         x = self.cross_norm.exit(x, c)
         return self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
 
-    def _cross_and_ffn(self, x: Tensor, cross_kv: KV, src_mask: Tensor, need_weights: bool = False,
-                       self_w: Tensor | None = None) -> DecoderLayerOutput:
+    def _cross_and_ffn(
+        self, x: Tensor, cross_kv: KV, src_mask: Tensor, need_weights: bool = False, self_w: Tensor | None = None
+    ) -> DecoderLayerOutput:
         c, cross_w = self.cross_attn(self.cross_norm.enter(x), cross_kv, src_mask, need_weights)
         x = self.cross_norm.exit(x, c)
         x = self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
@@ -158,8 +160,9 @@ class Transformer(nn.Module):
 
     # -- decoder, all positions at once (training, forced decoding) -------------------------
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
-               need_weights: bool = False) -> tuple[Tensor, Attentions]:
+    def decode(
+        self, tgt: Tensor, memory: Tensor, src_mask: Tensor, need_weights: bool = False
+    ) -> tuple[Tensor, Attentions]:
         """tgt: (B, T) shifted-right ids -> hidden states (B, T, d_model) and attention weights."""
         x, mask = self.tgt_embed(tgt), key_mask(src_mask)
         attn = Attentions([], [], [])
@@ -203,22 +206,26 @@ class Transformer(nn.Module):
         B, T, S = a.shape
         ids = src[:, None, :].expand(B, T, S)
         if keep is None:
-            mixed = self.copy.mix(self.logits(hidden).flatten(0, 1), a.flatten(0, 1), p_gen.flatten(0, 1),
-                                  ids.flatten(0, 1))  # (B * T, V)
+            mixed = self.copy.mix(
+                self.logits(hidden).flatten(0, 1), a.flatten(0, 1), p_gen.flatten(0, 1), ids.flatten(0, 1)
+            )  # (B * T, V)
             return mixed.view(B, T, -1)  # (B, T, V)
         return self.copy.mix(self.logits(hidden[keep]), a[keep], p_gen[keep], ids[keep])
 
     # -- decoder, one step at a time (search) -----------------------------------------------
 
-    def start_cache(self, memory: Tensor, src_mask: Tensor, capacity: int = 64, beams: int = 1,
-                    src: Tensor | None = None) -> DecoderCache:
+    def start_cache(
+        self, memory: Tensor, src_mask: Tensor, capacity: int = 64, beams: int = 1, src: Tensor | None = None
+    ) -> DecoderCache:
         """Cross-attention keys and values for every layer, computed once per source, and room for
         `capacity` target positions (it grows when needed) of `beams` rows per sentence. A copying model also
         needs the source ids, src (B, S)."""
         B = memory.size(0)
         kv = memory.new_zeros(B * beams, self.cfg.h, 2, capacity, self.cfg.d_k)  # (R, h, 2, capacity, d_k)
-        layers = tuple(LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
-                       for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers))
+        layers = tuple(
+            LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
+            for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers)
+        )
         mask = key_mask(src_mask)
         bias = memory.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (B, 1, 1, S)
         copy = None
@@ -245,16 +252,18 @@ class Transformer(nn.Module):
             logits = self.copy_step(hidden, tokens, logits, cache, where)
         return logits, cache.advanced()
 
-    def copy_step(self, hidden: Tensor, tokens: Tensor, logits: Tensor, cache: DecoderCache,
-                  where: StepPositions) -> Tensor:
+    def copy_step(
+        self, hidden: Tensor, tokens: Tensor, logits: Tensor, cache: DecoderCache, where: StepPositions
+    ) -> Tensor:
         """The step's logits mixed with copying (model.copy): each row attends over its sentence's slot."""
         assert self.copy is not None and cache.copy is not None
         R, B = hidden.size(0), cache.sentences
         if where.to_slots is not None:
             hidden, tokens = hidden.index_select(0, where.to_slots), tokens.index_select(0, where.to_slots)
         bias = cache.cross_bias[:, 0]  # (B, 1, S)
-        a, p_gen = self.copy.attend(hidden.view(B, R // B, -1), cache.copy.keys_t, bias, tokens.view(B, R // B),
-                                    cache.copy.ids)  # (B, beams, S), (B, beams, 1)
+        a, p_gen = self.copy.attend(
+            hidden.view(B, R // B, -1), cache.copy.keys_t, bias, tokens.view(B, R // B), cache.copy.ids
+        )  # (B, beams, S), (B, beams, 1)
         ids = cache.copy.ids[:, None, :].expand(B, R // B, -1).reshape(R, -1)  # (R, S)
         a, p_gen = a.reshape(R, -1), p_gen.reshape(R, 1)  # (R, S), (R, 1)
         if where.from_slots is not None:

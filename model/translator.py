@@ -94,8 +94,14 @@ class Translator:
         self.meta = meta
 
     @classmethod
-    def load(cls, path: str | Path, device: str | None = None, dtype: str = "auto",
-             threads: int | None = None, pack: bool = True) -> Translator:
+    def load(
+        cls,
+        path: str | Path,
+        device: str | None = None,
+        dtype: str = "auto",
+        threads: int | None = None,
+        pack: bool = True,
+    ) -> Translator:
         """Load a checkpoint directory onto device (default: CUDA when available), dtype float32 on CPU
         and bfloat16 on CUDA unless given, or int8 on the CPU (model.quantize: weights quantized at load, or
         read from an int8 checkpoint, which auto loads as int8);
@@ -104,8 +110,10 @@ class Translator:
         int8_file = read_meta(path).weights == "int8"  # an int8 checkpoint (`transformer quantize`)
         if int8_file:
             if dtype not in ("auto", "int8"):
-                raise ConfigError(f"{path} holds int8 weights (written by `transformer quantize`): load it with "
-                                  f"dtype int8 or auto, not {dtype}, or load the float checkpoint it came from")
+                raise ConfigError(
+                    f"{path} holds int8 weights (written by `transformer quantize`): load it with "
+                    f"dtype int8 or auto, not {dtype}, or load the float checkpoint it came from"
+                )
             dtype = "int8"
         device = device or ("cpu" if dtype == "int8" else default_device())
         if dtype == "auto":
@@ -153,13 +161,21 @@ class Translator:
             if len(ids) > limit:
                 if not truncate:
                     raise InputTooLongError(i, len(ids), limit)
-                ids = ids[:limit - 1] + [self.tokenizer.special.eos]
+                ids = ids[: limit - 1] + [self.tokenizer.special.eos]
             out.append(ids)
         return out
 
-    def translate(self, texts: Sequence[str], config: DecodingConfig | None = None, *, return_attention: bool = False,
-                  truncate: bool = False, max_batch_size: int = 32, max_batch_tokens: int = 8192,
-                  **options: Any) -> list[Translation]:
+    def translate(
+        self,
+        texts: Sequence[str],
+        config: DecodingConfig | None = None,
+        *,
+        return_attention: bool = False,
+        truncate: bool = False,
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 8192,
+        **options: Any,
+    ) -> list[Translation]:
         """Translate texts with config (default: the checkpoint's own, else the paper's beam search), any of its fields
         overridden by keyword options (beam_size=5, early_stopping=False, ...). One Translation per text, in order."""
         cfg = self.decoding_config(config, **options)
@@ -169,8 +185,9 @@ class Translator:
             results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
         return [r for r in results if r is not None]
 
-    def search_refilled(self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32,
-                   max_tokens: int = 8192) -> Iterator[tuple[int, list[Hypothesis]]]:
+    def search_refilled(
+        self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32, max_tokens: int = 8192
+    ) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(index, n-best) of every source, as each finishes: one continuous search, shortest sources first,
         holding at most max_size sentences and max_tokens source tokens (padding counted), refilled as
         sentences finish (once a quarter of the rows is free, so that joining costs little)."""
@@ -195,8 +212,9 @@ class Translator:
         max_sentences at once if given."""
         return BeamLoop(self.model, self.tokenizer.special, beam_size, max_sentences)
 
-    def search(self, batch: list[list[int]], cfg: DecodingConfig,
-               stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+    def search(
+        self, batch: list[list[int]], cfg: DecodingConfig, stop: Callable[[], bool] | None = None
+    ) -> list[list[Hypothesis]]:
         """Beam search over one batch of source ids; stop as beam_search takes it."""
         return search_all(self.model, batch, [cfg] * len(batch), self.tokenizer.special, stop)
 
@@ -218,5 +236,7 @@ class Translator:
         return AttentionMaps(
             source_tokens=[self.tokenizer.source.pieces[i] for i in src_ids],
             target_tokens=self.tokenizer.target_pieces([*out_ids, special.eos]),
-            cross=stack(dec.cross), encoder=stack(enc), decoder=stack(dec.decoder),
+            cross=stack(dec.cross),
+            encoder=stack(enc),
+            decoder=stack(dec.decoder),
         )

@@ -12,8 +12,15 @@ from service.errors import TooManyRequests, Unauthorized
 from service.queue import TaskQueue
 from service.settings import ServiceSettings
 
-PUBLIC = frozenset({"/healthz", "/readyz", "/", "/favicon.ico",  # and /static/...: the demo page itself
-                    "/languages"})  # public in LibreTranslate too: its clients ask it without a key
+PUBLIC = frozenset(
+    {
+        "/healthz",
+        "/readyz",
+        "/",
+        "/favicon.ico",  # and /static/...: the demo page itself
+        "/languages",
+    }
+)  # public in LibreTranslate too: its clients ask it without a key
 OPERATIONS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
@@ -44,8 +51,9 @@ class Access:
             return False
         return self.settings.ops_need_key or path not in OPERATIONS
 
-    async def check(self, path: str, headers: Iterable[tuple[bytes, bytes]], address: str,
-                    body_key: str = "") -> str | None:
+    async def check(
+        self, path: str, headers: Iterable[tuple[bytes, bytes]], address: str, body_key: str = ""
+    ) -> str | None:
         """The owner id of the request's key (None where no key is needed); Unauthorized or TooManyRequests. The
         key is the Authorization header's, else body_key (LibreTranslate's `api_key` field)."""
         if not self.needs_key(path):
@@ -54,16 +62,19 @@ class Access:
         per_minute = self.settings.auth_failures_per_minute
         wait = await self.queue.throttle(failures, per_minute, take=False)
         if wait > 0:  # a client guessing keys: refused before its guess is even looked at
-            raise TooManyRequests("too many requests with a wrong API key from this address",
-                                  retry_after=math.ceil(wait))
+            raise TooManyRequests(
+                "too many requests with a wrong API key from this address", retry_after=math.ceil(wait)
+            )
         token = (bearer_token(headers) or body_key).encode()
         key = next((k for k in self.keys if hmac.compare_digest(k.encode(), token)), None)
         if key is None:
             await self.queue.throttle(failures, per_minute, take=True)
-            raise Unauthorized("a valid API key is required: send 'Authorization: Bearer KEY' (or LibreTranslate's "
-                               "api_key field)")
+            raise Unauthorized(
+                "a valid API key is required: send 'Authorization: Bearer KEY' (or LibreTranslate's api_key field)"
+            )
         owner, limit = owner_of(key), self.keys[key]
         if limit and (wait := await self.queue.throttle(f"key:{owner}", limit, take=True)) > 0:
-            raise TooManyRequests(f"rate limit of {limit} requests per minute reached for this key",
-                                  retry_after=math.ceil(wait))
+            raise TooManyRequests(
+                f"rate limit of {limit} requests per minute reached for this key", retry_after=math.ceil(wait)
+            )
         return owner

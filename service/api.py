@@ -50,7 +50,8 @@ from service.state import Owner, ReadyState, ServiceState
 from service.tasks import AttentionSelection, JobState, Output, Task, TaskResult, TaskStatus
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    c: {"model": ErrorResponse} for c in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
+    c: {"model": ErrorResponse} for c in (400, 401, 404, 413, 422, 429, 500, 503, 504)
+}
 router = APIRouter(responses=ERRORS)
 JobId = Annotated[str, Path(max_length=64)]
 INLINE_CHARS = 4096  # texts of at most this many characters in all are tokenized on the event loop
@@ -65,8 +66,9 @@ def check_texts(texts: list[str], field: str, limit: int, settings: ServiceSetti
         if not text.strip():
             raise InvalidRequest(f"{field}[{i}]", "empty text")
         if len(text) > settings.max_chars:
-            raise InvalidRequest(f"{field}[{i}]", f"{len(text)} characters, more than the limit of "
-                                                  f"{settings.max_chars}")
+            raise InvalidRequest(
+                f"{field}[{i}]", f"{len(text)} characters, more than the limit of {settings.max_chars}"
+            )
 
 
 def options_of(req: DecodeOptions, settings: ServiceSettings, info: ModelInfo) -> DecodingConfig:
@@ -128,8 +130,12 @@ async def checked_lengths(state: ServiceState, task: Task, field: str, limit: in
 
 def output_text(o: Output) -> OutputText:
     best, *rest = o.hypotheses
-    return OutputText(text=best.text, score=best.score, tokens=best.tokens,
-                      alternatives=[Hypothesis(text=h.text, score=h.score) for h in rest])
+    return OutputText(
+        text=best.text,
+        score=best.score,
+        tokens=best.tokens,
+        alternatives=[Hypothesis(text=h.text, score=h.score) for h in rest],
+    )
 
 
 def resolve(state: ServiceState, kind: str, req: TextRequest) -> ModelInfo:
@@ -139,12 +145,16 @@ def resolve(state: ServiceState, kind: str, req: TextRequest) -> ModelInfo:
     try:
         return state.registry.resolve(kind, req.model, None, req.target)
     except InvalidRequest:
-        fits = sorted(f"{m.id} ({m.meta.source_lang or '?'} -> {m.meta.target_lang or '?'})"
-                      for m in state.registry.models.values() if m.task == kind
-                      and (req.target is None or m.meta.target_lang == req.target))
-        raise BadRequest(f"source 'auto': no language detection here, and several {kind} models fit: "
-                         f"{', '.join(fits)}; name the source language or the model", details={"models": fits}) \
-            from None
+        fits = sorted(
+            f"{m.id} ({m.meta.source_lang or '?'} -> {m.meta.target_lang or '?'})"
+            for m in state.registry.models.values()
+            if m.task == kind and (req.target is None or m.meta.target_lang == req.target)
+        )
+        raise BadRequest(
+            f"source 'auto': no language detection here, and several {kind} models fit: "
+            f"{', '.join(fits)}; name the source language or the model",
+            details={"models": fits},
+        ) from None
 
 
 def libre_options(req: TextRequest) -> TextRequest:
@@ -155,8 +165,9 @@ def libre_options(req: TextRequest) -> TextRequest:
     return req.model_copy(update={"n_best": n_best, "beam_size": max(req.beam_size, n_best)})
 
 
-async def texts_task(state: ServiceState, req: TextRequest, kind: str, owner: str | None,
-                     request: Request) -> tuple[ModelInfo, list[OutputText]]:
+async def texts_task(
+    state: ServiceState, req: TextRequest, kind: str, owner: str | None, request: Request
+) -> tuple[ModelInfo, list[OutputText]]:
     """Decode the request's texts (for format html, the text between its tags) and return one output per text."""
     s = state.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
@@ -167,8 +178,14 @@ async def texts_task(state: ServiceState, req: TextRequest, kind: str, owner: st
     pieces = texts if documents is None else [p.strip() for d in documents for p, is_text in d if is_text]
     outputs: list[OutputText] = []
     if pieces:
-        task = Task(info.id, pieces, options_of(req, s, info), truncate=req.truncate, owner=owner,
-                    deadline=time.time() + s.request_timeout_s)
+        task = Task(
+            info.id,
+            pieces,
+            options_of(req, s, info),
+            truncate=req.truncate,
+            owner=owner,
+            deadline=time.time() + s.request_timeout_s,
+        )
         await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         outputs = [output_text(o) for o in (await run(state, task, request)).outputs]
     return info, outputs if documents is None else html_outputs(documents, outputs)
@@ -181,11 +198,18 @@ def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[OutputTe
     for parts in documents:
         mine = [next(it) for _, is_text in parts if is_text]
         n = max((len(o.alternatives) for o in mine), default=0)
-        alternatives = [html_join(parts, [o.alternatives[k].text if k < len(o.alternatives) else o.text
-                                          for o in mine]) for k in range(n)]
-        out.append(OutputText(text=html_join(parts, [o.text for o in mine]), score=sum(o.score for o in mine),
-                              tokens=[t for o in mine for t in o.tokens],
-                              alternatives=[Hypothesis(text=a, score=0.0) for a in alternatives]))
+        alternatives = [
+            html_join(parts, [o.alternatives[k].text if k < len(o.alternatives) else o.text for o in mine])
+            for k in range(n)
+        ]
+        out.append(
+            OutputText(
+                text=html_join(parts, [o.text for o in mine]),
+                score=sum(o.score for o in mine),
+                tokens=[t for o in mine for t in o.tokens],
+                alternatives=[Hypothesis(text=a, score=0.0) for a in alternatives],
+            )
+        )
     return out
 
 
@@ -213,12 +237,18 @@ async def languages(state: ReadyState) -> list[Language]:
     return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
 
 
-@router.post("/detect", status_code=501, tags=["text"],
-             responses={501: {**json_example(examples.DETECT_ERROR, "Not implemented"), "model": ErrorResponse}})
+@router.post(
+    "/detect",
+    status_code=501,
+    tags=["text"],
+    responses={501: {**json_example(examples.DETECT_ERROR, "Not implemented"), "model": ErrorResponse}},
+)
 async def detect() -> None:
     """LibreTranslate's language detection: not offered here (501)."""
-    raise NotImplementedHere("language detection is not available on this service: name the source language, or "
-                             "send source 'auto' to /translate, which picks the model by its target")
+    raise NotImplementedHere(
+        "language detection is not available on this service: name the source language, or "
+        "send source 'auto' to /translate, which picks the model by its target"
+    )
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
@@ -236,16 +266,30 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner, requ
     [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
     s = state.settings
     check_texts([req.q], "q", 1, s)
-    info = state.registry.get(req.model) if req.model else \
-        state.registry.resolve("translation", None, req.source, req.target)
+    info = (
+        state.registry.get(req.model)
+        if req.model
+        else state.registry.resolve("translation", None, req.source, req.target)
+    )
     options = options_of(req, s, info)
     if req.hypothesis >= options.n_best:
         raise InvalidRequest("hypothesis", f"{req.hypothesis} is not an index of an n-best list of {options.n_best}")
-    selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), None if req.layers is None else tuple(req.layers),
-                                   None if req.heads is None else tuple(req.heads), req.hypothesis)
+    selection = AttentionSelection(
+        tuple(dict.fromkeys(req.kinds)),
+        None if req.layers is None else tuple(req.layers),
+        None if req.heads is None else tuple(req.heads),
+        req.hypothesis,
+    )
     check_selection(selection, info.meta.model)
-    task = Task(info.id, [req.q], options, attention=selection, truncate=req.truncate, owner=owner,
-                deadline=time.time() + s.request_timeout_s)
+    task = Task(
+        info.id,
+        [req.q],
+        options,
+        attention=selection,
+        truncate=req.truncate,
+        owner=owner,
+        deadline=time.time() + s.request_timeout_s,
+    )
     [length] = await checked_lengths(state, task, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
     limit = options.output_limit(length, info.max_len)
     check_cells(attention_cells(length, limit, selection, info.meta.model), s.max_attention_cells)
@@ -258,9 +302,16 @@ async def attention(req: AttentionRequest, state: ReadyState, owner: Owner, requ
 def job_response(job: JobState, limit: int) -> JobResponse:
     results = [output_text(o) for o in job.outputs] if job.outputs is not None else None
     following = job.offset + limit
-    return JobResponse(id=job.id, status=job.status, model=job.model, error=job.error, results=results,
-                       progress=JobProgress(done=job.done, total=job.total), offset=job.offset,
-                       next_offset=following if results is not None and following < job.total else None)
+    return JobResponse(
+        id=job.id,
+        status=job.status,
+        model=job.model,
+        error=job.error,
+        results=results,
+        progress=JobProgress(done=job.done, total=job.total),
+        offset=job.offset,
+        next_offset=following if results is not None and following < job.total else None,
+    )
 
 
 @router.post("/jobs", response_model=JobResponse, status_code=202, tags=["jobs"])
@@ -273,13 +324,19 @@ async def submit_job(req: JobRequest, response: Response, state: ReadyState, own
     await checked_lengths(state, task, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await state.queue.submit(task)
     response.headers["Location"] = f"/jobs/{task.id}"
-    return JobResponse(id=task.id, status=TaskStatus.queued, model=info.id,
-                       progress=JobProgress(done=0, total=len(task.texts)))
+    return JobResponse(
+        id=task.id, status=TaskStatus.queued, model=info.id, progress=JobProgress(done=0, total=len(task.texts))
+    )
 
 
 @router.get("/jobs/{job_id}", response_model=JobResponse, tags=["jobs"])
-async def get_job(job_id: JobId, state: ReadyState, owner: Owner, offset: Annotated[int, Query(ge=0)] = 0,
-                  limit: Annotated[int | None, Query(ge=1)] = None) -> JobResponse:
+async def get_job(
+    job_id: JobId,
+    state: ReadyState,
+    owner: Owner,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+) -> JobResponse:
     """A job's status (queued, running, done, failed, cancelled), progress and, once done, a page of its
     results: results[offset : offset + limit] (limit at most TRANSFORMER_MAX_JOB_PAGE, its default)."""
     page = state.settings.max_job_page

@@ -31,9 +31,13 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         await state.close()
 
     otel = settings.opentelemetry
-    app = FastAPI(title="Transformer translation and summarization service", version="0.1.0", lifespan=lifespan,
-                  description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).",
-                  telemetry={"tracing": otel, "metrics": otel, "logs": otel})
+    app = FastAPI(
+        title="Transformer translation and summarization service",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).",
+        telemetry={"tracing": otel, "metrics": otel, "logs": otel},
+    )
     app.state.service = state
     install_error_handlers(app)
     app.include_router(ops.router)
@@ -42,8 +46,10 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.add_middleware(Guard, state=state)
 
     if (STATIC / "index.html").is_file():  # the browser demo
+
         @app.get("/", include_in_schema=False)
         async def index() -> FileResponse:
             return FileResponse(STATIC / "index.html")
+
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -74,7 +74,7 @@ class Pool:
             if not fits(item):
                 break
             taken.append(item)
-        self.waiting = self.waiting[len(taken):]
+        self.waiting = self.waiting[len(taken) :]
         return taken
 
     def deliver(self, item: Item, output: Output) -> None:
@@ -101,17 +101,24 @@ def weights_json(t: Tensor | None, selection: AttentionSelection, decimals: int 
     layers = range(t.size(0)) if selection.layers is None else selection.layers
     heads = range(t.size(1)) if selection.heads is None else selection.heads
     rounded = torch.round(t.double(), decimals=decimals)
-    return "[" + ",".join("[" + ",".join(json.dumps(rounded[layer, head].tolist(), separators=(",", ":"))
-                                         for head in heads) + "]" for layer in layers) + "]"
+    return (
+        "["
+        + ",".join(
+            "[" + ",".join(json.dumps(rounded[layer, head].tolist(), separators=(",", ":")) for head in heads) + "]"
+            for layer in layers
+        )
+        + "]"
+    )
 
 
 def attention_json(maps: AttentionMaps, selection: AttentionSelection, decimals: int = 3) -> str:
     """Compact JSON for a browser: tokens and the selected [layer][head][query][key] weights, rounded."""
     stacks = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}
-    tokens = json.dumps({"source_tokens": maps.source_tokens, "target_tokens": maps.target_tokens},
-                        ensure_ascii=False)
-    weights = ",".join(f'"{kind}":' + weights_json(stacks[kind] if kind in selection.kinds else None, selection,
-                                                   decimals) for kind in stacks)
+    tokens = json.dumps({"source_tokens": maps.source_tokens, "target_tokens": maps.target_tokens}, ensure_ascii=False)
+    weights = ",".join(
+        f'"{kind}":' + weights_json(stacks[kind] if kind in selection.kinds else None, selection, decimals)
+        for kind in stacks
+    )
     return tokens[:-1] + "," + weights + "}"
 
 
@@ -124,9 +131,16 @@ def with_fields(fields: dict[str, object], obj: str) -> str:
 def attention_body(model: str, index: int, hypotheses: Sequence[Hyp | Result], maps: str) -> str:
     """POST /attention's answer: the n-best list, the chosen hypothesis (index) and maps, its attention_json."""
     chosen = hypotheses[index]
-    return with_fields({"model": model, "hypothesis": index, "text": chosen.text, "score": chosen.score,
-                        "hypotheses": [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in hypotheses]},
-                       maps)
+    return with_fields(
+        {
+            "model": model,
+            "hypothesis": index,
+            "text": chosen.text,
+            "score": chosen.score,
+            "hypotheses": [{"text": h.text, "score": h.score, "tokens": h.tokens} for h in hypotheses],
+        },
+        maps,
+    )
 
 
 def output_of(translator: Translator, item: Item, nbest: list[Hypothesis]) -> Output:

@@ -18,31 +18,43 @@ from service.settings import ServiceSettings, settings_error
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run the HTTP API (and, without REDIS_URL, the embedded worker)",
-                       description="Settings come from the environment (TRANSFORMER_*, REDIS_URL); "
-                                   "these options override them.")
+    p = sub.add_parser(
+        "serve",
+        help="run the HTTP API (and, without REDIS_URL, the embedded worker)",
+        description="Settings come from the environment (TRANSFORMER_*, REDIS_URL); these options override them.",
+    )
     p.add_argument("--models-dir", default=None, help="directory of checkpoints (TRANSFORMER_MODELS_DIR)")
     p.add_argument("--host", default=None, help="TRANSFORMER_HOST (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TRANSFORMER_PORT (default 8000)")
     p.add_argument("--redis-url", default=None, help="REDIS_URL: queue on Redis for separate workers")
     p.set_defaults(run=run_serve)
 
-    p = sub.add_parser("worker", help="decode tasks from the Redis queue (needs REDIS_URL)",
-                       description="Settings come from the environment (TRANSFORMER_*, REDIS_URL).")
+    p = sub.add_parser(
+        "worker",
+        help="decode tasks from the Redis queue (needs REDIS_URL)",
+        description="Settings come from the environment (TRANSFORMER_*, REDIS_URL).",
+    )
     p.add_argument("--models-dir", default=None, help="directory of checkpoints (TRANSFORMER_MODELS_DIR)")
     p.add_argument("--redis-url", default=None, help="REDIS_URL")
     p.add_argument("--name", default=None, help="consumer name (TRANSFORMER_WORKER_NAME); unique per worker")
     p.set_defaults(run=run_worker)
 
-    p = sub.add_parser("attention", help="translate one text and draw its attention as a PNG heatmap",
-                       description="Default: cross-attention of the last decoder layer, mean over heads. "
-                                   "Layers and heads count from 0.")
+    p = sub.add_parser(
+        "attention",
+        help="translate one text and draw its attention as a PNG heatmap",
+        description="Default: cross-attention of the last decoder layer, mean over heads. "
+        "Layers and heads count from 0.",
+    )
     p.add_argument("text", help="the text to translate (or summarize)")
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--png", required=True, help="heatmap file to write")
     p.add_argument("--json", default=None, help="also write every attention map, as POST /attention answers")
-    p.add_argument("--kind", choices=["cross", "encoder", "decoder"], default="cross",
-                   help="cross: output over source tokens; encoder or decoder: self-attention")
+    p.add_argument(
+        "--kind",
+        choices=["cross", "encoder", "decoder"],
+        default="cross",
+        help="cross: output over source tokens; encoder or decoder: self-attention",
+    )
     p.add_argument("--layer", type=int, default=-1, help="layer index; negative counts from the last (default -1)")
     p.add_argument("--head", type=head_arg, default=None, metavar="H|mean", help="head index, or mean (default)")
     p.add_argument("--beam-size", type=int, default=4)
@@ -76,6 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
+
     s = settings_from(args, models_dir="models_dir", host="host", port="port", redis_url="redis_url")
     configure_logging(s.log_format)
     uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None)
@@ -86,6 +99,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from service.redis_queue import RedisWorkSource
     from service.state import freeze_loaded, wait_for_models
     from service.worker import Worker
+
     s = settings_from(args, models_dir="models_dir", redis_url="redis_url", name="worker_name")
     configure_logging(s.log_format)
     log = logging.getLogger("service")
@@ -128,8 +142,9 @@ def run_attention(args: argparse.Namespace) -> int:
     print(best.text, flush=True)
     print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
     if args.json:
-        body = attention_body(Path(args.model).resolve().name, 0, best.hypotheses,
-                              attention_json(best.attention, AttentionSelection()))
+        body = attention_body(
+            Path(args.model).resolve().name, 0, best.hypotheses, attention_json(best.attention, AttentionSelection())
+        )
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(body)

@@ -14,10 +14,13 @@ MODEL_ID = "demo-en-de"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="train (or reuse) the small en->de demo model and serve the browser demo",
-                       description="Builds the English->German corpus from the machine's gettext catalogs, "
-                                   "trains the small demo model (about 15 minutes on 2 CPU cores; reused once "
-                                   "trained), then serves it with the browser demo.")
+    p = sub.add_parser(
+        "demo",
+        help="train (or reuse) the small en->de demo model and serve the browser demo",
+        description="Builds the English->German corpus from the machine's gettext catalogs, "
+        "trains the small demo model (about 15 minutes on 2 CPU cores; reused once "
+        "trained), then serves it with the browser demo.",
+    )
     p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="training config (default: the en->de demo)")
     p.add_argument("--retrain", action="store_true", help="train again even if a trained model exists")
     p.add_argument("--host", default="127.0.0.1")

@@ -32,7 +32,7 @@ class ServiceError(Exception):
 def shown(value: object, limit: int = 80) -> str:
     """A client's value as an error message may echo it: quoted, escaped (repr), and cut to limit characters."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class BadRequest(ServiceError):
@@ -136,8 +136,15 @@ MAX_ERRORS = 10  # validation errors listed in one answer; the rest are counted
 
 def _field(loc: tuple[Any, ...]) -> str:
     """A validation error's location, without union labels; a client's own key (an unknown field) escaped."""
-    parts = [p if isinstance(p, str) and p.isidentifier() and len(p) <= 40 else
-             str(p) if isinstance(p, int) else shown(p, 40) for p in loc if p != "body" and p not in UNION_TAGS]
+    parts = [
+        p
+        if isinstance(p, str) and p.isidentifier() and len(p) <= 40
+        else str(p)
+        if isinstance(p, int)
+        else shown(p, 40)
+        for p in loc
+        if p != "body" and p not in UNION_TAGS
+    ]
     return ".".join(str(p) for p in parts) if parts else "body"
 
 
@@ -160,8 +167,14 @@ def install_error_handlers(app: FastAPI) -> None:
         bad_json = [err for err in errors if err["type"] == "json_invalid"]
         if bad_json:
             reason = str(bad_json[0].get("ctx", {}).get("error", "JSON decode error"))
-            return JSONResponse(error_body("malformed_json", f"the request body is not valid JSON: {reason}",
-                                           [{"field": "body", "message": reason}]), 422)
+            return JSONResponse(
+                error_body(
+                    "malformed_json",
+                    f"the request body is not valid JSON: {reason}",
+                    [{"field": "body", "message": reason}],
+                ),
+                422,
+            )
         # Only the messages go back, never the input values (they may be huge); at most MAX_ERRORS of them.
         details = [{"field": _field(err["loc"]), "message": _message(err)} for err in errors[:MAX_ERRORS]]
         message = "; ".join(f"{d['field']}: {d['message']}" for d in details)

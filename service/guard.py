@@ -20,12 +20,13 @@ from service.state import ServiceState
 
 CSP = b"default-src 'self'; frame-ancestors 'none'"
 # FastAPI's /docs and /redoc pages load Swagger UI or ReDoc from a CDN and start them with an inline script.
-DOCS_CSP = (b"default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-            b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-            b"img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
-            b"font-src 'self' https://fonts.gstatic.com; worker-src blob:; frame-ancestors 'none'")
-HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-           (b"x-frame-options", b"DENY")]
+DOCS_CSP = (
+    b"default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    b"img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
+    b"font-src 'self' https://fonts.gstatic.com; worker-src blob:; frame-ancestors 'none'"
+)
+HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 PROBES = ("/healthz", "/readyz")
 FORM_PATHS = frozenset({"/translate", "/summarize", "/detect", "/languages"})  # LibreTranslate's clients post forms
 SCAN_FROM_BYTES = 64 * 1024  # smaller bodies parse in a few milliseconds whatever they hold
@@ -53,8 +54,12 @@ class Guard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"content-security-policy", csp), *HEADERS,
-                                      (b"x-request-id", rid.encode())]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"content-security-policy", csp),
+                    *HEADERS,
+                    (b"x-request-id", rid.encode()),
+                ]
             await send(message)
 
         try:
@@ -70,8 +75,12 @@ class Guard:
             client = scope.get("client")
             path, headers, access = scope["path"], scope["headers"], self.state.access
             body, key = None, ""
-            if scope["method"] == "POST" and access.needs_key(path) and not bearer_token(headers) \
-                    and announced_length(headers) <= BODY_KEY_BYTES:
+            if (
+                scope["method"] == "POST"
+                and access.needs_key(path)
+                and not bearer_token(headers)
+                and announced_length(headers) <= BODY_KEY_BYTES
+            ):
                 body = await self.read_body(scope, receive)  # the key may be its api_key field
                 key = body_api_key(body, content_type(headers))
             owner = await access.check(path, headers, client[0] if client else "", key)
@@ -136,14 +145,16 @@ def as_json(scope: Scope, body: bytes) -> bytes:
     except UnicodeDecodeError:
         raise BadRequest("the form body is not UTF-8") from None
     scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in (b"content-type", b"content-length")] + [
-        (b"content-type", b"application/json"), (b"content-length", str(len(converted)).encode())]
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(converted)).encode()),
+    ]
     return converted
 
 
 def host_name(host: str) -> str:
     """The name of a Host header, without its port: example.com:8000 -> example.com, [::1]:8000 -> ::1."""
     if host.startswith("["):
-        return host[1:host.find("]")].lower()
+        return host[1 : host.find("]")].lower()
     return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).lower()
 
 
@@ -157,4 +168,5 @@ def replay(body: bytes, receive: Receive) -> Receive:
             return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
+
     return again

@@ -30,9 +30,11 @@ class Heatmap:
     col_axis: str
 
 
-AXES: dict[Kind, tuple[str, str]] = {"cross": ("output token", "source token"),
-                                     "encoder": ("source token (query)", "source token (key)"),
-                                     "decoder": ("output token", "decoder input (key)")}
+AXES: dict[Kind, tuple[str, str]] = {
+    "cross": ("output token", "source token"),
+    "encoder": ("source token (query)", "source token (key)"),
+    "decoder": ("output token", "decoder input (key)"),
+}
 
 
 def axis_labels(maps: AttentionMaps, kind: Kind) -> tuple[list[str], list[str]]:
@@ -64,7 +66,7 @@ def select(maps: AttentionMaps, kind: Kind = "cross", layer: int = -1, head: int
 
 def short(token: str) -> str:
     """A token cut to MAX_LABEL characters for an axis label."""
-    return token if len(token) <= MAX_LABEL else token[:MAX_LABEL - 1] + "…"
+    return token if len(token) <= MAX_LABEL else token[: MAX_LABEL - 1] + "…"
 
 
 def write_png(heatmap: Heatmap, path: str | Path, dpi: int = 120) -> Path:
@@ -78,8 +80,9 @@ def write_png(heatmap: Heatmap, path: str | Path, dpi: int = 120) -> Path:
     fig = Figure(figsize=(width, height), dpi=dpi)
     ax = fig.subplots()
     image = ax.imshow(heatmap.weights, cmap="Blues", vmin=0.0, aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(n_cols), [short(t) for t in heatmap.cols], rotation=60, ha="right",
-                  rotation_mode="anchor", fontsize=8)
+    ax.set_xticks(
+        range(n_cols), [short(t) for t in heatmap.cols], rotation=60, ha="right", rotation_mode="anchor", fontsize=8
+    )
     ax.set_yticks(range(n_rows), [short(t) for t in heatmap.rows], fontsize=8)
     ax.set_xlabel(heatmap.col_axis)
     ax.set_ylabel(heatmap.row_axis)

@@ -21,7 +21,7 @@ def too_many_values(body: bytes, limit: int) -> bool:
     separators = np.flatnonzero((a == SEPARATORS[0]) | (a == SEPARATORS[1]) | (a == SEPARATORS[2]))
     if separators.size <= limit:
         return False
-    before = np.searchsorted(separators, quotes[:quotes.size // 2 * 2])  # separators before each quote
+    before = np.searchsorted(separators, quotes[: quotes.size // 2 * 2])  # separators before each quote
     inside = int((before[1::2] - before[0::2]).sum())  # those between a string's opening and closing quote
     return separators.size - inside > limit
 

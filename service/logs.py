@@ -35,8 +35,13 @@ class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, request_id, message (and the exception, if any)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
-                                "request_id": getattr(record, "request_id", "-"), "message": record.getMessage()}
+        line: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+            "message": record.getMessage(),
+        }
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)
@@ -46,14 +51,25 @@ def configure_logging(fmt: LogFormat, level: str = "INFO", access: bool = True) 
     """Our loggers and uvicorn's through one stderr handler in the given format (access: a line per request);
     call before uvicorn.run with log_config=None, so that uvicorn keeps it."""
     formatter: dict[str, Any] = {"()": JsonFormatter} if fmt == "json" else {"format": TEXT_FORMAT}
-    logging.config.dictConfig({
-        "version": 1, "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": RequestIdFilter}},
-        "formatters": {"main": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "main",
-                                "filters": ["request_id"]}},
-        "root": {"handlers": ["stderr"], "level": level},
-        "loggers": {"uvicorn": {"handlers": [], "propagate": True, "level": level},
-                    "uvicorn.error": {"handlers": [], "propagate": True, "level": level},
-                    "uvicorn.access": {"handlers": [], "propagate": True, "level": level if access else "WARNING"}},
-    })
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "filters": {"request_id": {"()": RequestIdFilter}},
+            "formatters": {"main": formatter},
+            "handlers": {
+                "stderr": {
+                    "class": "logging.StreamHandler",
+                    "stream": "ext://sys.stderr",
+                    "formatter": "main",
+                    "filters": ["request_id"],
+                }
+            },
+            "root": {"handlers": ["stderr"], "level": level},
+            "loggers": {
+                "uvicorn": {"handlers": [], "propagate": True, "level": level},
+                "uvicorn.error": {"handlers": [], "propagate": True, "level": level},
+                "uvicorn.access": {"handlers": [], "propagate": True, "level": level if access else "WARNING"},
+            },
+        }
+    )

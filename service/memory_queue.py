@@ -80,9 +80,10 @@ class MemoryQueue:
             if e is None or e.task.kind != "job" or e.task.owner != owner:
                 return None
             r = e.result
-            outputs = r.outputs[offset:offset + limit] if r is not None and not r.error else None
-            return JobState(task_id, e.status, e.done, len(e.task.texts), e.task.model, r.error if r else None,
-                            outputs, offset)
+            outputs = r.outputs[offset : offset + limit] if r is not None and not r.error else None
+            return JobState(
+                task_id, e.status, e.done, len(e.task.texts), e.task.model, r.error if r else None, outputs, offset
+            )
 
     async def cancel(self, task_id: str, owner: str | None) -> JobState | None:
         before = await self.state(task_id, owner)
@@ -103,8 +104,12 @@ class MemoryQueue:
         with self.lock:
             queued = sum(1 for t in self.queued if (e := self.entries.get(t.id)) and e.status is TaskStatus.queued)
             tasks, texts = self.in_flight
-            return {**self.counters, "queued": float(queued), "in_flight_tasks": float(tasks),
-                    "in_flight_texts": float(texts)}
+            return {
+                **self.counters,
+                "queued": float(queued),
+                "in_flight_tasks": float(tasks),
+                "in_flight_texts": float(texts),
+            }
 
     async def throttle(self, name: str, per_minute: int, take: bool) -> float:
         with self.lock:

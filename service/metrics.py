@@ -30,13 +30,19 @@ class RequestMetrics:
                     self.buckets[route][i] += 1
 
     def render(self) -> list[str]:
-        out = ["# HELP transformer_requests_total HTTP requests by route and status.",
-               "# TYPE transformer_requests_total counter"]
+        out = [
+            "# HELP transformer_requests_total HTTP requests by route and status.",
+            "# TYPE transformer_requests_total counter",
+        ]
         with self.lock:
-            out += [f'transformer_requests_total{{route="{r}",status="{s}"}} {c}' for (r, s), c in
-                    sorted(self.count.items())]
-            out += ["# HELP transformer_request_seconds Request latency by route.",
-                    "# TYPE transformer_request_seconds histogram"]
+            out += [
+                f'transformer_requests_total{{route="{r}",status="{s}"}} {c}'
+                for (r, s), c in sorted(self.count.items())
+            ]
+            out += [
+                "# HELP transformer_request_seconds Request latency by route.",
+                "# TYPE transformer_request_seconds histogram",
+            ]
             for route in sorted(self.n):
                 for b, c in zip(LATENCY_BUCKETS, self.buckets[route], strict=True):
                     out.append(f'transformer_request_seconds_bucket{{route="{route}",le="{b}"}} {c}')
@@ -52,45 +58,55 @@ def render_queue(stats: dict[str, float], ready: bool) -> list[str]:
     seconds = g("decode_seconds_total", 0.0)
     rate = g("generated_tokens_total", 0.0) / seconds if seconds else 0.0
     out = [
-        "# HELP transformer_ready 1 once the models are loaded.", "# TYPE transformer_ready gauge",
+        "# HELP transformer_ready 1 once the models are loaded.",
+        "# TYPE transformer_ready gauge",
         f"transformer_ready {int(ready)}",
-        "# HELP transformer_queue_depth Tasks waiting for a worker.", "# TYPE transformer_queue_depth gauge",
+        "# HELP transformer_queue_depth Tasks waiting for a worker.",
+        "# TYPE transformer_queue_depth gauge",
         f"transformer_queue_depth {g('queued', -1):g}",
         "# HELP transformer_in_flight_tasks Tasks (requests and jobs) workers are decoding.",
-        "# TYPE transformer_in_flight_tasks gauge", f"transformer_in_flight_tasks {g('in_flight_tasks', -1):g}",
+        "# TYPE transformer_in_flight_tasks gauge",
+        f"transformer_in_flight_tasks {g('in_flight_tasks', -1):g}",
         "# HELP transformer_in_flight_texts Texts of those tasks still to decode.",
-        "# TYPE transformer_in_flight_texts gauge", f"transformer_in_flight_texts {g('in_flight_texts', -1):g}",
+        "# TYPE transformer_in_flight_texts gauge",
+        f"transformer_in_flight_texts {g('in_flight_texts', -1):g}",
         "# HELP transformer_batches_total Decoding steps (each adds one token to every text in its loop).",
         "# TYPE transformer_batches_total counter",
         f"transformer_batches_total {g('batches_total', 0.0):g}",
-        "# HELP transformer_batch_size Texts per decoding step.", "# TYPE transformer_batch_size histogram",
+        "# HELP transformer_batch_size Texts per decoding step.",
+        "# TYPE transformer_batch_size histogram",
     ]
     out += [f'transformer_batch_size_bucket{{le="{b}"}} {g(f"batch_size_le_{b}", 0.0):g}' for b in BATCH_BUCKETS]
-    out += [f'transformer_batch_size_bucket{{le="+Inf"}} {g("batches_total", 0.0):g}',
-            f"transformer_batch_size_sum {g('batch_sentences_total', 0.0):g}",
-            f"transformer_batch_size_count {g('batches_total', 0.0):g}",
-            "# HELP transformer_texts_decoded_total Texts whose search ended.",
-            "# TYPE transformer_texts_decoded_total counter",
-            f"transformer_texts_decoded_total {g('texts_decoded_total', 0.0):g}",
-            "# HELP transformer_generated_tokens_total Target tokens decoded (every beam search step of a text).",
-            "# TYPE transformer_generated_tokens_total counter",
-            f"transformer_generated_tokens_total {g('generated_tokens_total', 0.0):g}",
-            "# HELP transformer_decode_seconds_total Time spent in beam search.",
-            "# TYPE transformer_decode_seconds_total counter",
-            f"transformer_decode_seconds_total {seconds:.6f}",
-            "# HELP transformer_admitted_texts_total Texts encoded and joined to a running beam search.",
-            "# TYPE transformer_admitted_texts_total counter",
-            f"transformer_admitted_texts_total {g('admitted_texts_total', 0.0):g}",
-            "# HELP transformer_admissions_total Times texts joined a running beam search (encoded together).",
-            "# TYPE transformer_admissions_total counter",
-            f"transformer_admissions_total {g('admissions_total', 0.0):g}",
-            "# HELP transformer_admit_seconds_total Time spent encoding texts and joining them to a running search.",
-            "# TYPE transformer_admit_seconds_total counter",
-            f"transformer_admit_seconds_total {g('admit_seconds_total', 0.0):.6f}",
-            "# HELP transformer_decode_tokens_per_second Target tokens per second of decoding, since start.",
-            "# TYPE transformer_decode_tokens_per_second gauge",
-            f"transformer_decode_tokens_per_second {rate:.3f}"]
+    out += [
+        f'transformer_batch_size_bucket{{le="+Inf"}} {g("batches_total", 0.0):g}',
+        f"transformer_batch_size_sum {g('batch_sentences_total', 0.0):g}",
+        f"transformer_batch_size_count {g('batches_total', 0.0):g}",
+        "# HELP transformer_texts_decoded_total Texts whose search ended.",
+        "# TYPE transformer_texts_decoded_total counter",
+        f"transformer_texts_decoded_total {g('texts_decoded_total', 0.0):g}",
+        "# HELP transformer_generated_tokens_total Target tokens decoded (every beam search step of a text).",
+        "# TYPE transformer_generated_tokens_total counter",
+        f"transformer_generated_tokens_total {g('generated_tokens_total', 0.0):g}",
+        "# HELP transformer_decode_seconds_total Time spent in beam search.",
+        "# TYPE transformer_decode_seconds_total counter",
+        f"transformer_decode_seconds_total {seconds:.6f}",
+        "# HELP transformer_admitted_texts_total Texts encoded and joined to a running beam search.",
+        "# TYPE transformer_admitted_texts_total counter",
+        f"transformer_admitted_texts_total {g('admitted_texts_total', 0.0):g}",
+        "# HELP transformer_admissions_total Times texts joined a running beam search (encoded together).",
+        "# TYPE transformer_admissions_total counter",
+        f"transformer_admissions_total {g('admissions_total', 0.0):g}",
+        "# HELP transformer_admit_seconds_total Time spent encoding texts and joining them to a running search.",
+        "# TYPE transformer_admit_seconds_total counter",
+        f"transformer_admit_seconds_total {g('admit_seconds_total', 0.0):.6f}",
+        "# HELP transformer_decode_tokens_per_second Target tokens per second of decoding, since start.",
+        "# TYPE transformer_decode_tokens_per_second gauge",
+        f"transformer_decode_tokens_per_second {rate:.3f}",
+    ]
     if "workers" in stats:
-        out += ["# HELP transformer_workers Workers with a live heartbeat.", "# TYPE transformer_workers gauge",
-                f"transformer_workers {stats['workers']:g}"]
+        out += [
+            "# HELP transformer_workers Workers with a live heartbeat.",
+            "# TYPE transformer_workers gauge",
+            f"transformer_workers {stats['workers']:g}",
+        ]
     return out

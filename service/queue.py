@@ -76,8 +76,13 @@ class WorkSource(Protocol):
 def batch_stats(sentences: int, finished: int, seconds: float) -> dict[str, float]:
     """Counter increments for one decoding step of `sentences` texts (one token each), `finished` of which
     ended (Prometheus-style cumulative buckets of texts per step)."""
-    out = {"batches_total": 1.0, "batch_sentences_total": float(sentences), "generated_tokens_total": float(sentences),
-           "texts_decoded_total": float(finished), "decode_seconds_total": seconds}
+    out = {
+        "batches_total": 1.0,
+        "batch_sentences_total": float(sentences),
+        "generated_tokens_total": float(sentences),
+        "texts_decoded_total": float(finished),
+        "decode_seconds_total": seconds,
+    }
     for b in BATCH_BUCKETS:
         if sentences <= b:
             out[f"batch_size_le_{b}"] = 1.0

@@ -73,11 +73,19 @@ class RedisQueue:
         self.s = settings
         self.keys = Keys(settings.queue_prefix)
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, socket_timeout=10,
-            socket_connect_timeout=2, health_check_interval=5, retry=redis.asyncio.retry.Retry(NoBackoff(), 1))
+            settings.redis_url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=POOL_WAIT_S,
+            socket_timeout=10,
+            socket_connect_timeout=2,
+            health_check_interval=5,
+            retry=redis.asyncio.retry.Retry(NoBackoff(), 1),
+        )
         self.r = aioredis.Redis.from_pool(pool)
-        self.scripts = {name: self.r.register_script(getattr(redis_scripts, name))
-                        for name in ("SUBMIT", "TAKE", "CANCEL", "THROTTLE")}
+        self.scripts = {
+            name: self.r.register_script(getattr(redis_scripts, name))
+            for name in ("SUBMIT", "TAKE", "CANCEL", "THROTTLE")
+        }
         self.waiting: dict[str, asyncio.Event] = {}  # request id -> set when its answer may be there
         self.listener: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
@@ -132,16 +140,27 @@ class RedisQueue:
     async def submit(self, task: Task) -> None:
         k = self.keys
         ttl = self.s.result_ttl_s if task.kind == "job" else request_ttl(self.s)
-        fields = {"kind": task.kind, "status": TaskStatus.queued.value, "done": 0, "total": len(task.texts),
-                  "model": task.model, "owner": task.owner or ""}
+        fields = {
+            "kind": task.kind,
+            "status": TaskStatus.queued.value,
+            "done": 0,
+            "total": len(task.texts),
+            "model": task.model,
+            "owner": task.owner or "",
+        }
         request = task.kind == "request"
         if request:  # waited on from before it is added: its notification cannot come first
             await self._listening()
             self.waiting[task.id] = asyncio.Event()
         try:
-            depth = int(await self._call(self.scripts["SUBMIT"](
-                keys=[k.stream, k.job(task.id)],
-                args=[self.s.max_queue, ttl, task.to_json(), *(x for kv in fields.items() for x in kv)])))
+            depth = int(
+                await self._call(
+                    self.scripts["SUBMIT"](
+                        keys=[k.stream, k.job(task.id)],
+                        args=[self.s.max_queue, ttl, task.to_json(), *(x for kv in fields.items() for x in kv)],
+                    )
+                )
+            )
         except BaseException:
             self.waiting.pop(task.id, None)
             raise
@@ -186,8 +205,9 @@ class RedisQueue:
         if answer[0] == b"lost":
             raise Unavailable("the queue lost this request (Redis restarted); send it again", retry_after=1)
         _, error, kind, raw = answer
-        return TaskResult([Output.from_json(o) for o in raw], _text(error) or None,
-                          "too_large" if kind == b"too_large" else "failed")
+        return TaskResult(
+            [Output.from_json(o) for o in raw], _text(error) or None, "too_large" if kind == b"too_large" else "failed"
+        )
 
     async def state(self, task_id: str, owner: str | None, offset: int = 0, limit: int = 0) -> JobState | None:
         async def get() -> tuple[dict[bytes, bytes], list[bytes]]:
@@ -196,14 +216,23 @@ class RedisQueue:
                 p.lrange(self.keys.results(task_id), offset, offset + limit - 1)
                 h, raw = await p.execute()
             return h, (raw if limit > 0 else [])
+
         h, raw = await self._call(get())
         f = {_text(a): _text(b) for a, b in h.items()}
         if f.get("kind") != "job" or (f.get("owner") or None) != owner:
             return None
         status = TaskStatus(f.get("status") or "queued")
         outputs = [Output.from_json(o) for o in raw] if status is TaskStatus.done else None
-        return JobState(task_id, status, int(f.get("done") or 0), int(f.get("total") or 0), f.get("model") or "",
-                        f.get("error") or None, outputs, offset)
+        return JobState(
+            task_id,
+            status,
+            int(f.get("done") or 0),
+            int(f.get("total") or 0),
+            f.get("model") or "",
+            f.get("error") or None,
+            outputs,
+            offset,
+        )
 
     async def cancel(self, task_id: str, owner: str | None) -> JobState | None:
         before = await self.state(task_id, owner)
@@ -231,10 +260,14 @@ class RedisQueue:
             beats = [json.loads(b) for b in (await self.r.mget(names) if names else []) if b]
             in_flight = int(pending["pending"]) if isinstance(pending, dict) else 0
             counters = counters if isinstance(counters, dict) else {}
-            return {**{_text(a) or "": float(b) for a, b in counters.items()},
-                    "queued": float(max(0, int(length) - in_flight)), "workers": float(len(names)),
-                    "in_flight_tasks": float(sum(b.get("tasks", 0) for b in beats)),
-                    "in_flight_texts": float(sum(b.get("texts", 0) for b in beats))}
+            return {
+                **{_text(a) or "": float(b) for a, b in counters.items()},
+                "queued": float(max(0, int(length) - in_flight)),
+                "workers": float(len(names)),
+                "in_flight_tasks": float(sum(b.get("tasks", 0) for b in beats)),
+                "in_flight_texts": float(sum(b.get("texts", 0) for b in beats)),
+            }
+
         return await self._call(read())
 
     async def throttle(self, name: str, per_minute: int, take: bool) -> float:
@@ -259,10 +292,12 @@ class RedisWorkSource:
         self.s = settings
         self.keys = Keys(settings.queue_prefix)
         self.name = settings.worker_name
-        self.r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=2,
-                                      retry=redis.retry.Retry(NoBackoff(), 1))
-        self.scripts = {name: self.r.register_script(getattr(redis_scripts, name))
-                        for name in ("FINISH", "START", "PROGRESS")}
+        self.r = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=10, socket_connect_timeout=2, retry=redis.retry.Retry(NoBackoff(), 1)
+        )
+        self.scripts = {
+            name: self.r.register_script(getattr(redis_scripts, name)) for name in ("FINISH", "START", "PROGRESS")
+        }
         self.lock = threading.Lock()
         self.entries: dict[str, bytes] = {}  # task id -> stream entry id, for the tasks in flight here
         self.unwanted_ids: set[str] = set()  # of those, the ones the heartbeat found cancelled or gone
@@ -284,8 +319,9 @@ class RedisWorkSource:
             if bulk:
                 self.max_result_bytes = min(self.max_result_bytes, bulk)
         except (ResponseError, *DOWN) as e:  # CONFIG may be forbidden (managed Redis): keep the setting
-            log.info("could not read proto-max-bulk-len (%s); results are limited to %d bytes", e,
-                     self.max_result_bytes)
+            log.info(
+                "could not read proto-max-bulk-len (%s); results are limited to %d bytes", e, self.max_result_bytes
+            )
         self.heart.start()
 
     @contextmanager
@@ -395,8 +431,10 @@ class RedisWorkSource:
         outputs = [o.to_json() for o in result.outputs]
         size = sum(len(o.encode()) for o in outputs)
         if size > self.max_result_bytes:
-            reason = (f"the result is {size} bytes, more than the queue takes ({self.max_result_bytes}; "
-                      "TRANSFORMER_MAX_RESULT_BYTES): ask for less")
+            reason = (
+                f"the result is {size} bytes, more than the queue takes ({self.max_result_bytes}; "
+                "TRANSFORMER_MAX_RESULT_BYTES): ask for less"
+            )
             with self._redis():
                 self._dead_letter(task, reason, "too_large")
             return
@@ -407,10 +445,21 @@ class RedisWorkSource:
             entry_id = self.entries.pop(task.id, b"")
             self.unwanted_ids.discard(task.id)
         with self._redis():
-            self.scripts["FINISH"](keys=[k.job(task.id), k.results(task.id), k.stream],
-                                   args=[status.value, result.error or "", result.error_kind, len(outputs), ttl,
-                                         k.group, entry_id, k.answered if task.kind == "request" else "", task.id,
-                                         *outputs])
+            self.scripts["FINISH"](
+                keys=[k.job(task.id), k.results(task.id), k.stream],
+                args=[
+                    status.value,
+                    result.error or "",
+                    result.error_kind,
+                    len(outputs),
+                    ttl,
+                    k.group,
+                    entry_id,
+                    k.answered if task.kind == "request" else "",
+                    task.id,
+                    *outputs,
+                ],
+            )
 
     def drop(self, task: Task) -> None:
         with self.lock:
@@ -456,8 +505,11 @@ class RedisWorkSource:
             in_flight = dict(self.entries)
         tasks, texts = self.load
         p = self.r.pipeline(transaction=False)
-        p.set(k.worker(self.name), json.dumps({"tasks": tasks, "texts": texts}),
-              ex=max(10, 3 * self.s.claim_idle_ms // 1000))
+        p.set(
+            k.worker(self.name),
+            json.dumps({"tasks": tasks, "texts": texts}),
+            ex=max(10, 3 * self.s.claim_idle_ms // 1000),
+        )
         if in_flight:
             p.xclaim(k.stream, k.group, self.name, 0, list(in_flight.values()), justid=True)
         for task_id in in_flight:

@@ -44,8 +44,9 @@ class ModelInfo:
         except InputError as e:
             raise InvalidRequest(field, str(e)) from None
         if n > self.max_len and not truncate:
-            raise InvalidRequest(field, f"{n} tokens, more than the model's limit of {self.max_len}; "
-                                        "shorten it or pass truncate=true")
+            raise InvalidRequest(
+                field, f"{n} tokens, more than the model's limit of {self.max_len}; shorten it or pass truncate=true"
+            )
         return min(n, self.max_len)
 
 
@@ -66,8 +67,9 @@ class Registry:
                 meta = read_meta(path)
                 models[path.name] = ModelInfo(path.name, path, meta, Tokenizer(path, meta.tokenizer))
             except (ModelError, OSError, RuntimeError) as e:
-                errors[path.name] = (f"{Path(e.path).name}: {e.reason}" if isinstance(e, CheckpointError)
-                                     else type(e).__name__)  # a file's name, never the server's paths
+                errors[path.name] = (
+                    f"{Path(e.path).name}: {e.reason}" if isinstance(e, CheckpointError) else type(e).__name__
+                )  # a file's name, never the server's paths
                 log.error("skipping model %s: %s", path.name, e)
         return cls(models, errors)
 
@@ -87,17 +89,24 @@ class Registry:
             if info.task != task:
                 raise InvalidRequest("model", f"{model!r} is a {info.task} model, not a {task} one")
             return info
-        found = [m for m in self.models.values() if m.task == task
-                 and (source is None or m.meta.source_lang == source)
-                 and (target is None or m.meta.target_lang == target)]
+        found = [
+            m
+            for m in self.models.values()
+            if m.task == task
+            and (source is None or m.meta.source_lang == source)
+            and (target is None or m.meta.target_lang == target)
+        ]
         if len(found) == 1:
             return found[0]
         of_task = sorted(m.id for m in self.models.values() if m.task == task)
         if not found:
             langs = f" from {source or 'any'} to {target or 'any'}" if source or target else ""
             raise ModelNotFound(f"no {task} model{langs}", of_task)
-        raise InvalidRequest("model", f"several {task} models match ({', '.join(sorted(m.id for m in found))}); "
-                                      "name one with 'model' or narrow 'source' and 'target'")
+        raise InvalidRequest(
+            "model",
+            f"several {task} models match ({', '.join(sorted(m.id for m in found))}); "
+            "name one with 'model' or narrow 'source' and 'target'",
+        )
 
     def lengths(self, task: Task, field: str = "q") -> list[int]:
         """Validate a task's texts against its model; returns each one's source tokens. CPU work: callers

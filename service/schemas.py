@@ -30,7 +30,8 @@ Name = Annotated[str, Field(max_length=NAME_CHARS)]
 UNION_TAGS = frozenset({"one text", "list of texts"})  # labels, not fields: error messages leave them out
 TextOrTexts = Annotated[
     Annotated[Text, Tag("one text")] | Annotated[list[Text], Field(max_length=MOST_TEXTS), Tag("list of texts")],
-    Discriminator(lambda v: "list of texts" if isinstance(v, list) else "one text")]
+    Discriminator(lambda v: "list of texts" if isinstance(v, list) else "one text"),
+]
 
 
 class Strict(BaseModel):
@@ -46,15 +47,25 @@ class DecodeOptions(Strict):
     length_penalty: float = Field(DEFAULT.length_penalty, ge=0.0, le=10.0, description="alpha of the length penalty")
     length_penalty_form: Literal["gnmt", "average"] = Field(
         DEFAULT.length_penalty_form,
-        description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq")
-    max_length: int | None = Field(None, ge=1, le=4096, description=(
-        f"most output tokens; default: {DEFAULT.max_len_a:g} x input length + {DEFAULT.max_len_b}"))
+        description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description=(f"most output tokens; default: {DEFAULT.max_len_a:g} x input length + {DEFAULT.max_len_b}"),
+    )
     min_length: int = Field(DEFAULT.min_length, ge=0, le=4096, description="EOS is not allowed before this many tokens")
-    no_repeat_ngram_size: int = Field(DEFAULT.no_repeat_ngram_size, ge=0, le=16,
-                                      description="forbid repeating n-grams of this size")
-    early_stopping: bool = Field(DEFAULT.early_stopping, description=(
-        "stop an input once beam_size hypotheses have ended (fairseq, CTranslate2); false: search until no live "
-        "hypothesis can beat them (tensor2tensor's exact bound; slower, rarely better)"))
+    no_repeat_ngram_size: int = Field(
+        DEFAULT.no_repeat_ngram_size, ge=0, le=16, description="forbid repeating n-grams of this size"
+    )
+    early_stopping: bool = Field(
+        DEFAULT.early_stopping,
+        description=(
+            "stop an input once beam_size hypotheses have ended (fairseq, CTranslate2); false: search until no live "
+            "hypothesis can beat them (tensor2tensor's exact bound; slower, rarely better)"
+        ),
+    )
     truncate: bool = Field(False, description="cut inputs longer than the model's limit instead of a 422")
 
     def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
@@ -70,16 +81,27 @@ class TextRequest(DecodeOptions):
 
     q: TextOrTexts = Field(..., description="one text or a list of texts")
     model: Name | None = Field(None, description="model id (GET /models); else chosen by source and target")
-    source: Name | None = Field(None, description="source language code, e.g. 'en'; 'auto' (LibreTranslate): the "
-                                                  "one model for the target, a 400 listing them when several fit")
+    source: Name | None = Field(
+        None,
+        description="source language code, e.g. 'en'; 'auto' (LibreTranslate): the "
+        "one model for the target, a 400 listing them when several fit",
+    )
     target: Name | None = Field(None, description="target language code, e.g. 'de'")
     # LibreTranslate's fields (its clients send them), beside ours:
-    format: Literal["text", "html"] = Field("text", description="html: the text between tags is translated and "
-                                                                "the markup kept")
-    alternatives: int = Field(0, ge=0, le=MOST_ALTERNATIVES, description=(
-        "LibreTranslate's: this many more translations per text, answered as `alternatives` (n_best 1 + this)"))
-    api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(None, description=(
-        "LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours"))
+    format: Literal["text", "html"] = Field(
+        "text", description="html: the text between tags is translated and the markup kept"
+    )
+    alternatives: int = Field(
+        0,
+        ge=0,
+        le=MOST_ALTERNATIVES,
+        description=(
+            "LibreTranslate's: this many more translations per text, answered as `alternatives` (n_best 1 + this)"
+        ),
+    )
+    api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(
+        None, description=("LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours")
+    )
 
 
 # A summary's length hint (POST /summarize): (min_length, max_length) in output tokens.
@@ -87,10 +109,17 @@ SUMMARY_LENGTHS = {"short": (3, 16), "medium": (8, 32), "long": (16, 64)}
 
 
 class SummarizeRequest(TextRequest):
-    length: Literal["short", "medium", "long"] | Annotated[list[Annotated[int, Field(ge=0, le=4096)]], Field(
-        min_length=2, max_length=2)] | None = Field(None, description=(
+    length: (
+        Literal["short", "medium", "long"]
+        | Annotated[list[Annotated[int, Field(ge=0, le=4096)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = Field(
+        None,
+        description=(
             "the summary's length: short (3-16 tokens), medium (8-32), long (16-64), or [min, max] tokens; it "
-            "sets min_length and max_length, which are then not given"))
+            "sets min_length and max_length, which are then not given"
+        ),
+    )
 
     def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
         if self.length is None:
@@ -118,8 +147,12 @@ class TranslateResponse(BaseModel):
 
     model: str
     translatedText: str | list[str] = Field(description="the best translation(s), shaped like q (LibreTranslate)")
-    alternatives: list[str] | list[list[str]] | None = Field(None, description=(
-        "only when `alternatives` was asked for: the next translations of each text, shaped like q (LibreTranslate)"))
+    alternatives: list[str] | list[list[str]] | None = Field(
+        None,
+        description=(
+            "only when `alternatives` was asked for: the next translations of each text, shaped like q (LibreTranslate)"
+        ),
+    )
     translations: list[OutputText]
 
 
@@ -177,14 +210,20 @@ class AttentionRequest(DecodeOptions):
     model: Name | None = None
     source: Name | None = None
     target: Name | None = None
-    hypothesis: int = Field(0, ge=0, description="whose attention: the n-best list's hypothesis of this index "
-                                                 "(0, the best; less than n_best)")
+    hypothesis: int = Field(
+        0,
+        ge=0,
+        description="whose attention: the n-best list's hypothesis of this index (0, the best; less than n_best)",
+    )
     kinds: list[Literal["cross", "encoder", "decoder"]] = Field(
-        ["cross", "encoder", "decoder"], min_length=1, max_length=3, description="which attention maps to return")
+        ["cross", "encoder", "decoder"], min_length=1, max_length=3, description="which attention maps to return"
+    )
     layers: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
-        None, min_length=1, max_length=1000, description="layer indices (from 0) to return; default: all")
+        None, min_length=1, max_length=1000, description="layer indices (from 0) to return; default: all"
+    )
     heads: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
-        None, min_length=1, max_length=1000, description="head indices (from 0) to return; default: all")
+        None, min_length=1, max_length=1000, description="head indices (from 0) to return; default: all"
+    )
 
 
 class ScoredTokens(Hypothesis):
@@ -216,17 +255,28 @@ class ModelEntry(BaseModel):
     source: str | None
     target: str | None
     max_length: int = Field(description="longest input in tokens")
-    reads_first: int | None = Field(None, description=(
-        "a summarizer that reads only a document's first this many tokens (the rest is not summarized); "
-        "absent when the whole input is read"))
+    reads_first: int | None = Field(
+        None,
+        description=(
+            "a summarizer that reads only a document's first this many tokens (the rest is not summarized); "
+            "absent when the whole input is read"
+        ),
+    )
     parameters: dict[str, Any] = Field(description="N, d_model, d_ff, h of the checkpoint")
-    dtype: str = Field("auto", description="the weights' type in the workers as configured (TRANSFORMER_DTYPE): "
-                                          "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "
-                                          "float16 or int8; int8 for an int8 checkpoint "
-                                          "(`transformer quantize`) whatever is configured")
-    decoding: dict[str, Any] = Field(default_factory=dict, description=(
-        "the model's own decoding options (its recipe's `decoding`), where they differ from the paper's: what "
-        "a request does not set"))
+    dtype: str = Field(
+        "auto",
+        description="the weights' type in the workers as configured (TRANSFORMER_DTYPE): "
+        "auto (float32 on the CPU, bfloat16 on CUDA), float32, bfloat16, "
+        "float16 or int8; int8 for an int8 checkpoint "
+        "(`transformer quantize`) whatever is configured",
+    )
+    decoding: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the model's own decoding options (its recipe's `decoding`), where they differ from the paper's: what "
+            "a request does not set"
+        ),
+    )
 
 
 class ModelsResponse(BaseModel):

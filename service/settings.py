@@ -19,8 +19,9 @@ class ServiceSettings(BaseSettings):
     """Everything the API and the workers read; every field is an environment variable (see README)."""
 
     # hide_input_in_errors: an invalid setting's error must not print the API keys (or a Redis password).
-    model_config = SettingsConfigDict(env_prefix="TRANSFORMER_", frozen=True, extra="ignore", validate_by_name=True,
-                                      hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="TRANSFORMER_", frozen=True, extra="ignore", validate_by_name=True, hide_input_in_errors=True
+    )
 
     models_dir: Path = Path("models")  # every subdirectory holding a config.json is a model
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "TRANSFORMER_REDIS_URL"))
@@ -94,8 +95,9 @@ class ServiceSettings(BaseSettings):
             if not key or (limit and not limit.isdigit()):
                 raise ValueError(f"api_keys: item {i + 1} is not KEY or KEY:REQUESTS_PER_MINUTE")
             if len(key) < MIN_KEY_LENGTH:  # short keys can be guessed; never echo a key back
-                raise ValueError(f"api_keys: key {i + 1} has {len(key)} characters; keys need at least "
-                                 f"{MIN_KEY_LENGTH}")
+                raise ValueError(
+                    f"api_keys: key {i + 1} has {len(key)} characters; keys need at least {MIN_KEY_LENGTH}"
+                )
             out[key] = int(limit) if limit else self.rate_limit
         return out
 

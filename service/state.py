@@ -33,8 +33,9 @@ def no_models_reason(settings: ServiceSettings, registry: Registry) -> str:
     return f"no models in {where}: put a checkpoint directory there (see the README's Models){broken}"
 
 
-def wait_for_models(settings: ServiceSettings, stop: threading.Event, state: ServiceState | None = None
-                    ) -> Registry | None:
+def wait_for_models(
+    settings: ServiceSettings, stop: threading.Event, state: ServiceState | None = None
+) -> Registry | None:
     """The registry once the models directory holds a model, looking again every MODELS_POLL_S, with a warning
     (and the reason on /readyz, given state) while it holds none; None when stop is set first."""
     warned = False
@@ -71,6 +72,7 @@ class ServiceState:
         self.memory: MemoryQueue | None = None
         if settings.redis_url:
             from service.redis_queue import RedisQueue
+
             self.queue = RedisQueue(settings)
         else:
             self.memory = MemoryQueue(settings)
@@ -132,8 +134,7 @@ async def ready_state(request: Request) -> ServiceState:
 bearer = HTTPBearer(auto_error=False)  # for the OpenAPI document: service.guard checks keys before the body
 
 
-async def owner(request: Request,
-                _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
+async def owner(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
     """The owner id of the request's API key (service.access.owner_of), None without keys."""
     value: str | None = request.state.owner
     return value

@@ -36,8 +36,12 @@ class AttentionSelection:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionSelection:
         layers, heads = data.get("layers"), data.get("heads")
-        return cls(tuple(data["kinds"]), None if layers is None else tuple(layers),
-                   None if heads is None else tuple(heads), int(data.get("hypothesis", 0)))
+        return cls(
+            tuple(data["kinds"]),
+            None if layers is None else tuple(layers),
+            None if heads is None else tuple(heads),
+            int(data.get("hypothesis", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,13 @@ class Task:
     def from_json(cls, text: str | bytes) -> Task:
         data = json.loads(text)
         attention = data.get("attention")
-        return cls(**{**data, "options": DecodingConfig.from_dict(data["options"]),
-                      "attention": None if attention is None else AttentionSelection.from_dict(attention)})
+        return cls(
+            **{
+                **data,
+                "options": DecodingConfig.from_dict(data["options"]),
+                "attention": None if attention is None else AttentionSelection.from_dict(attention),
+            }
+        )
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,13 @@ ADMIT_WAIT_STEPS = 3  # or after this many steps
 class Worker:
     """Decodes tasks from a source with the loaded translators."""
 
-    def __init__(self, source: WorkSource, translators: dict[str, Translator], settings: ServiceSettings,
-                 maintain_every_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        source: WorkSource,
+        translators: dict[str, Translator],
+        settings: ServiceSettings,
+        maintain_every_s: float = 2.0,
+    ) -> None:
         self.source = source
         self.translators = translators
         self.settings = settings
@@ -218,8 +223,7 @@ class Worker:
     def fail_loop(self, key: LoopKey, reason: str) -> None:
         """Answer every task with a text in this loop with an error; the loop starts over empty."""
         del self.loops[key]
-        failed = {item.task.id: item.task for item in self.live.values()
-                  if item.loop_key == key}
+        failed = {item.task.id: item.task for item in self.live.values() if item.loop_key == key}
         self.live = {tag: item for tag, item in self.live.items() if item.task.id not in failed}
         for task in failed.values():
             self.pool.drop(task.id)

@@ -26,11 +26,36 @@ from model.transformer import Transformer
 
 SPECIAL = SpecialIds()  # pad 0, unk 1, bos 2 (= decoder start), eos 3
 SPM_VOCAB = 160
-SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gu", "fi", "he", "ja", "bo",
-             "an", "el", "is", "or", "um", "ye", "wa", "qi")
+SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "ze",
+    "pa",
+    "do",
+    "gu",
+    "fi",
+    "he",
+    "ja",
+    "bo",
+    "an",
+    "el",
+    "is",
+    "or",
+    "um",
+    "ye",
+    "wa",
+    "qi",
+)
 
 
 # -- text ----------------------------------------------------------------------------------------
+
 
 def make_words(n: int = 300, seed: int = 1234) -> list[str]:
     rng = random.Random(seed)
@@ -49,13 +74,20 @@ def train_sentencepiece(directory: Path, prefix: str, vocab_size: int, **ids: in
     text = directory / f"{prefix}.txt"
     text.write_text("\n".join(make_sentences(2000, seed=7)) + "\n", encoding="utf-8")
     spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(directory / prefix), vocab_size=vocab_size, model_type="unigram",
-        character_coverage=1.0, num_threads=1, minloglevel=2, **ids,
+        input=str(text),
+        model_prefix=str(directory / prefix),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        **ids,
     )
     return directory / f"{prefix}.model"
 
 
 # -- models --------------------------------------------------------------------------------------
+
 
 def tiny_config(vocab_size: int, tgt_vocab_size: int | None = None, **overrides: Any) -> ModelConfig:
     return ModelConfig.from_preset("tiny", vocab_size, tgt_vocab_size, **overrides)
@@ -99,25 +131,39 @@ def random_source(gen: torch.Generator, length: int, vocab_size: int, eos: int =
     return ids + [eos]
 
 
-def save_random_checkpoint(directory: Path, spm_dir: Path, vocab_size: int, seed: int = 0,
-                           std: float | None = 0.2, task: Task = "translation", source_lang: str | None = None,
-                           target_lang: str | None = None, **overrides: Any) -> Path:
+def save_random_checkpoint(
+    directory: Path,
+    spm_dir: Path,
+    vocab_size: int,
+    seed: int = 0,
+    std: float | None = 0.2,
+    task: Task = "translation",
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    **overrides: Any,
+) -> Path:
     """A tiny random model saved with the shared SentencePiece model of spm_dir."""
     model = build_model(tiny_config(vocab_size, **overrides), seed=seed, std=std)
-    meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
-                                                                     target_model="spm.model"),
-                          task=task, source_lang=source_lang, target_lang=target_lang)
+    meta = CheckpointMeta(
+        model=model.cfg,
+        tokenizer=TokenizerConfig(source_model="spm.model", target_model="spm.model"),
+        task=task,
+        source_lang=source_lang,
+        target_lang=target_lang,
+    )
     return save_checkpoint(directory, model, meta, tokenizer_dir=spm_dir)
 
 
 # -- fixtures ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def spm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding spm.model, trained with our special ids (pad 0, unk 1, bos 2, eos 3)."""
     directory = tmp_path_factory.mktemp("spm")
-    train_sentencepiece(directory, "spm", SPM_VOCAB, pad_id=SPECIAL.pad, unk_id=SPECIAL.unk,
-                        bos_id=SPECIAL.bos, eos_id=SPECIAL.eos)
+    train_sentencepiece(
+        directory, "spm", SPM_VOCAB, pad_id=SPECIAL.pad, unk_id=SPECIAL.unk, bos_id=SPECIAL.bos, eos_id=SPECIAL.eos
+    )
     return directory
 
 
@@ -138,6 +184,7 @@ def sentences() -> list[str]:
 
 
 # -- a Hugging Face Marian model, built and saved locally ----------------------------------------
+
 
 @dataclass
 class MarianFixture:
@@ -165,7 +212,7 @@ def eos_direction(d_model: int, max_len: int = 64) -> Tensor:
     v = pe[10] - pe[0]
     half = d_model // 2
     v[:8] = 0
-    v[half:half + 8] = 0
+    v[half : half + 8] = 0
     return v / v.norm()
 
 
@@ -188,14 +235,26 @@ def build_marian_dir(directory: Path, seed: int = 0) -> MarianFixture:
     (src / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses."
-        tokenizer = MarianTokenizer(source_spm=str(src / "source.spm"), target_spm=str(src / "target.spm"),
-                                    vocab=str(src / "vocab.json"))
+        tokenizer = MarianTokenizer(
+            source_spm=str(src / "source.spm"), target_spm=str(src / "target.spm"), vocab=str(src / "vocab.json")
+        )
     torch.manual_seed(seed)
     config = MarianConfig(
-        vocab_size=V, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
-        pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad, activation_function="swish",
-        scale_embedding=True, init_std=MARIAN_INIT_STD,
+        vocab_size=V,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=128,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        decoder_start_token_id=pad,
+        activation_function="swish",
+        scale_embedding=True,
+        init_std=MARIAN_INIT_STD,
     )
     model = MarianMTModel(config).eval()
     with torch.no_grad():

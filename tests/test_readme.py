@@ -23,8 +23,9 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_ci_installs_the_cpu_torch_the_readme_names() -> None:
     first = readme_commands()[0]
-    assert first.startswith('python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && '
-                            'pip install -e ".[train]"')
+    assert first.startswith(
+        'python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e ".[train]"'
+    )
     assert "python3 -m pip install -q torch==2.13.0" in (ROOT / ".ci" / "run").read_text()
 
 

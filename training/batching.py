@@ -40,10 +40,10 @@ class EncodedCorpus:
         return int(self.tgt_offsets[i + 1] - self.tgt_offsets[i])
 
     def source(self, i: int) -> np.ndarray:
-        return self.src[self.src_offsets[i]:self.src_offsets[i + 1]]
+        return self.src[self.src_offsets[i] : self.src_offsets[i + 1]]
 
     def target(self, i: int) -> np.ndarray:
-        return self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]]
+        return self.tgt[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
 
 
 def token_batches(corpus: EncodedCorpus, max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
@@ -94,8 +94,8 @@ def collate(corpus: EncodedCorpus, indices: list[int], pad: int, start: int) -> 
     tgt_out = torch.full((B, T), pad, dtype=torch.long)
     for row, i in enumerate(indices):
         s, t = torch.from_numpy(corpus.source(i).astype(np.int64)), torch.from_numpy(corpus.target(i).astype(np.int64))
-        src[row, :len(s)] = s
-        tgt_out[row, :len(t)] = t
+        src[row, : len(s)] = s
+        tgt_out[row, : len(t)] = t
         tgt_in[row, 0] = start
-        tgt_in[row, 1:len(t)] = t[:-1]
+        tgt_in[row, 1 : len(t)] = t[:-1]
     return Batch(src, src != pad, tgt_in, tgt_out)

@@ -63,8 +63,9 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                       info: dict[str, Any]) -> None:
+def _restore_optimizer(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], info: dict[str, Any]
+) -> None:
     state: dict[int, dict[str, Any]] = {}
     for key, value in [*tensors.items(), *info["scalars"].items()]:
         _, index, name = key.split(".", 2)
@@ -89,8 +90,15 @@ def _restore_rng(tensors: dict[str, torch.Tensor], info: dict[str, Any]) -> None
     random.setstate((info["version"], tuple(info["internal"]), info["gauss"]))
 
 
-def save_training_checkpoint(run_dir: Path, model: Transformer, meta: CheckpointMeta, tokenizer_dir: Path,
-                             optimizer: torch.optim.Optimizer, state: TrainerState, keep_last: int) -> Path:
+def save_training_checkpoint(
+    run_dir: Path,
+    model: Transformer,
+    meta: CheckpointMeta,
+    tokenizer_dir: Path,
+    optimizer: torch.optim.Optimizer,
+    state: TrainerState,
+    keep_last: int,
+) -> Path:
     """Write checkpoints/step_N atomically (built in a temporary folder, then renamed), then prune."""
     final = checkpoint_dir(run_dir, state.step)
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,12 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("train", help="train a model (the paper's recipe, §5)",
-                       description="Train from a YAML config plus KEY=VALUE overrides, e.g. max_steps=2000 "
-                                   "data.lang=fr. Resumes from the run directory's newest checkpoint.")
+    p = sub.add_parser(
+        "train",
+        help="train a model (the paper's recipe, §5)",
+        description="Train from a YAML config plus KEY=VALUE overrides, e.g. max_steps=2000 "
+        "data.lang=fr. Resumes from the run directory's newest checkpoint.",
+    )
     p.add_argument("--config", default=None, help="YAML file, e.g. training/configs/demo-en-de.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (dotted keys)")
     p.add_argument("--no-resume", action="store_true", help="start over even if checkpoints exist")
@@ -23,8 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(run=run_corpus)
 
     p = sub.add_parser("average", help="average the last N checkpoints of a run into a new checkpoint")
-    p.add_argument("run_dir", help="a training run directory (with checkpoints/) or checkpoint directories",
-                   nargs="+")
+    p.add_argument("run_dir", help="a training run directory (with checkpoints/) or checkpoint directories", nargs="+")
     p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (paper: 5)")
     p.add_argument("--out", required=True, help="the checkpoint directory to write")
     p.set_defaults(run=run_average)
@@ -65,7 +67,7 @@ def run_average(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.run_dir]
     if len(paths) == 1 and (paths[0] / "checkpoints").is_dir():
-        paths = list_checkpoints(paths[0])[-args.last:]
+        paths = list_checkpoints(paths[0])[-args.last :]
     out = average_checkpoints(paths, Path(args.out))
     print(f"averaged {len(paths)} checkpoints into {out}", file=sys.stderr)
     return 0

@@ -99,8 +99,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise TrainConfigError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
-        positive = ("batch_tokens", "accumulate", "max_steps", "warmup", "log_every", "eval_every",
-                    "save_every", "keep_last", "eval_beam_size")
+        positive = (
+            "batch_tokens",
+            "accumulate",
+            "max_steps",
+            "warmup",
+            "log_every",
+            "eval_every",
+            "save_every",
+            "keep_last",
+            "eval_beam_size",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise TrainConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -129,8 +138,9 @@ class TrainConfig:
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
         shared = self.vocab.shared
-        return ModelConfig.from_preset(self.preset, src_vocab_size, tgt_vocab_size,
-                                       **{"share_embeddings": shared, **self.model})
+        return ModelConfig.from_preset(
+            self.preset, src_vocab_size, tgt_vocab_size, **{"share_embeddings": shared, **self.model}
+        )
 
     def decoding_config(self) -> DecodingConfig:
         return DecodingConfig.from_dict(self.decoding)
@@ -158,8 +168,9 @@ def _number(value: Any, key: str, integer: bool) -> int | float:
         try:
             value = float(value)
         except ValueError:
-            raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}") \
-                from None
+            raise TrainConfigError(
+                f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}"
+            ) from None
     if not isinstance(value, int | float) or value != value:  # NaN
         raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}")
     if integer:
@@ -206,8 +217,9 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(names))
     if unknown:
-        raise TrainConfigError(f"unknown keys in {where.rstrip('.') or 'the config'}: {unknown}; "
-                               f"known: {sorted(names)}")
+        raise TrainConfigError(
+            f"unknown keys in {where.rstrip('.') or 'the config'}: {unknown}; known: {sorted(names)}"
+        )
     hints = get_type_hints(cls)
     built = SECTIONS if cls is TrainConfig else {}  # sections arrive as their dataclasses already
     kwargs = {k: v if k in built else coerce(v, hints[k], f"{where}{k}") for k, v in values.items()}
@@ -247,8 +259,9 @@ def apply_override(values: dict[str, Any], override: str) -> None:
         node[leaf] = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise TrainConfigError(f"override {override!r}: its value is not valid YAML ({problem}); quote it, e.g. "
-                               f"{key}='\"...\"'") from None
+        raise TrainConfigError(
+            f"override {override!r}: its value is not valid YAML ({problem}); quote it, e.g. {key}='\"...\"'"
+        ) from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:

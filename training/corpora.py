@@ -40,10 +40,10 @@ def read_mo(path: str | Path) -> list[tuple[str, str]]:
     _, count, ids_at, strs_at = struct.unpack(order + "4I", data[4:20])
 
     def entry(table: int, i: int) -> bytes:
-        length, offset = struct.unpack(order + "2I", data[table + 8 * i:table + 8 * i + 8])
+        length, offset = struct.unpack(order + "2I", data[table + 8 * i : table + 8 * i + 8])
         if offset + length > len(data):
             raise CorpusError(path, 0, f"entry {i} points past the end of the file (truncated?)")
-        return data[offset:offset + length]
+        return data[offset : offset + length]
 
     raw = [(entry(ids_at, i), entry(strs_at, i)) for i in range(count)]
     charset = "utf-8"
@@ -212,5 +212,7 @@ def _file_docstrings(path: Path, package: str, module: str | None) -> Iterator[P
         if parts:
             title = "" if module is None else title_words(name or module)
             yield Pair(titled(title, parts[0]), parts[1], package)
-        queue.extend((c, f"{name}.{c.name}".lstrip(".") if isinstance(c, definitions) else name)
-                     for c in ast.iter_child_nodes(node))
+        queue.extend(
+            (c, f"{name}.{c.name}".lstrip(".") if isinstance(c, definitions) else name)
+            for c in ast.iter_child_nodes(node)
+        )

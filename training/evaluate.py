@@ -56,8 +56,9 @@ def corpus_loss(model: Transformer, corpus: EncodedCorpus, pad: int, start: int,
     return nll / max(tokens, 1)
 
 
-def bleu_chrf(hypotheses: Sequence[str], references: Sequence[str],
-              target_lang: str | None = None) -> tuple[dict[str, float], str]:
+def bleu_chrf(
+    hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None
+) -> tuple[dict[str, float], str]:
     """Corpus sacreBLEU and chrF, with sacreBLEU's signature."""
     from sacrebleu.metrics import BLEU, CHRF
 
@@ -98,19 +99,28 @@ def lead_words(document: str, k: int = LEAD_WORDS) -> str:
 def baselines(documents: Sequence[str], references: Sequence[str]) -> dict[str, dict[str, float]]:
     """ROUGE of the summaries any user could make without a model, on the same documents: the first sentence
     (lead-1) and the first LEAD_WORDS words. A summarizer worth using beats both."""
-    return {"lead-1": rouge([lead_sentence(d) for d in documents], references)[0],
-            f"lead-{LEAD_WORDS}-words": rouge([lead_words(d) for d in documents], references)[0]}
+    return {
+        "lead-1": rouge([lead_sentence(d) for d in documents], references)[0],
+        f"lead-{LEAD_WORDS}-words": rouge([lead_words(d) for d in documents], references)[0],
+    }
 
 
-def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str], loss: float,
-             beam_size: int = 4, task: str = "translation", progress: str | None = None) -> tuple[Scores, list[str]]:
+def evaluate(
+    translator: Translator,
+    sources: Sequence[str],
+    references: Sequence[str],
+    loss: float,
+    beam_size: int = 4,
+    task: str = "translation",
+    progress: str | None = None,
+) -> tuple[Scores, list[str]]:
     """Decode the sources with beam search and score them against the references; progress: a bar's label."""
     was_training = translator.model.training
     translator.model.eval()
     hyps: list[str] = []
     with tqdm(total=len(sources), desc=progress, unit=" sentences", disable=progress is None, leave=False) as bar:
         for start in range(0, len(sources), EVAL_CHUNK):
-            chunk = list(sources[start:start + EVAL_CHUNK])
+            chunk = list(sources[start : start + EVAL_CHUNK])
             hyps += [t.text for t in translator.translate(chunk, beam_size=beam_size, truncate=True)]
             bar.update(len(chunk))
     translator.model.train(was_training)
@@ -124,8 +134,14 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
     return Scores(loss, ppl, metrics, main, signature), hyps
 
 
-def evaluate_checkpoint(path: str | Path, pairs: Sequence[Pair], beam_size: int = 4, device: str | None = None,
-                        batch_tokens: int = 4096, progress: str | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    path: str | Path,
+    pairs: Sequence[Pair],
+    beam_size: int = 4,
+    device: str | None = None,
+    batch_tokens: int = 4096,
+    progress: str | None = None,
+) -> dict[str, Any]:
     """Scores of a saved checkpoint on held-out pairs: loss, perplexity, and BLEU/chrF or ROUGE."""
     translator = Translator.load(path, device=device)
     tok, special = translator.tokenizer, translator.tokenizer.special

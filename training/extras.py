@@ -16,6 +16,8 @@ def require_train_extra(command: str, modules: tuple[str, ...] = tuple(TRAIN_MOD
     """MissingExtraError naming the packages `command` needs and how to install them, when any is missing."""
     missing = [TRAIN_MODULES[m] for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise MissingExtraError(f"`transformer {command}` needs {', '.join(missing)}, of the train extra: "
-                                "pip install 'transformer-service[train]' (or pip install -e '.[train]' in a "
-                                "checkout)")
+        raise MissingExtraError(
+            f"`transformer {command}` needs {', '.join(missing)}, of the train extra: "
+            "pip install 'transformer-service[train]' (or pip install -e '.[train]' in a "
+            "checkout)"
+        )

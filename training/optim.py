@@ -14,8 +14,9 @@ def noam_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float
     return float(scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5))
 
 
-def make_optimizer(model: nn.Module, betas: tuple[float, float], eps: float,
-                   weight_decay: float = 0.0) -> torch.optim.Adam:
+def make_optimizer(
+    model: nn.Module, betas: tuple[float, float], eps: float, weight_decay: float = 0.0
+) -> torch.optim.Adam:
     """Adam with beta1 0.9, beta2 0.98, eps 1e-9 in the paper; the rate is set at every step."""
     return torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
 

@@ -33,10 +33,12 @@ def read_pairs(cfg: DataConfig) -> Iterator[Pair]:
     elif cfg.corpus == "dpkg":
         pairs = dpkg_pairs(cfg.dpkg_status, cfg.titles)
     elif cfg.corpus == "summaries":  # duplicates across the three go with clean.dedup
-        docstrings = (Pair(p.source, p.target, f"{p.origin}: {p.target}")
-                      for p in docstring_pairs(cfg.packages, cfg.titles))
-        pairs = itertools.chain(manpage_pairs(cfg.man_dir, cfg.titles), dpkg_pairs(cfg.dpkg_status, cfg.titles),
-                                docstrings)
+        docstrings = (
+            Pair(p.source, p.target, f"{p.origin}: {p.target}") for p in docstring_pairs(cfg.packages, cfg.titles)
+        )
+        pairs = itertools.chain(
+            manpage_pairs(cfg.man_dir, cfg.titles), dpkg_pairs(cfg.dpkg_status, cfg.titles), docstrings
+        )
     elif cfg.corpus == "parallel":
         pairs = read_parallel(cfg.paths[0], cfg.paths[1])
     elif cfg.corpus == "tsv":
@@ -73,8 +75,10 @@ def build_corpus(cfg: TrainConfig, data_dir: Path, progress: bool = True) -> Non
             write_jsonl(getattr(splits, name), f)
     counts = {name: len(getattr(splits, name)) for name in SPLITS}
     if counts["train"] == 0:
-        raise TrainConfigError(f"the corpus has no training pairs left after cleaning ({stats.as_dict()}): check "
-                               "data.paths and the clean section's limits")
+        raise TrainConfigError(
+            f"the corpus has no training pairs left after cleaning ({stats.as_dict()}): check "
+            "data.paths and the clean section's limits"
+        )
     (data_dir / "stats.json").write_text(json.dumps({"clean": stats.as_dict(), "splits": counts}, indent=1))
     if progress:
         print(f"corpus: {counts} after cleaning {stats.as_dict()}", flush=True)
@@ -114,8 +118,10 @@ def prepare(cfg: TrainConfig, model: ModelConfig, progress: bool = True, build: 
     tokenizer = Tokenizer(tok_dir, tok_cfg)
     train_pairs, dev_pairs, test_pairs = (load_split(data_dir, name) for name in SPLITS)
     return Prepared(
-        tokenizer_dir=tok_dir, tokenizer=tokenizer,
+        tokenizer_dir=tok_dir,
+        tokenizer=tokenizer,
         train=encode(tokenizer, train_pairs, model, "encoding train", progress),
         dev=encode(tokenizer, dev_pairs, model, "encoding dev", False),
-        dev_pairs=dev_pairs, test_pairs=test_pairs,
+        dev_pairs=dev_pairs,
+        test_pairs=test_pairs,
     )

@@ -22,12 +22,31 @@ from training.data import Pair
 MIN_DOCUMENT_WORDS = 15  # shorter descriptions are stubs ("See the info page")
 MAX_DOCUMENT_WORDS = 300  # a document is cut here: the model reads its beginning anyway
 MIN_SUMMARY_WORDS = 2
-ESCAPES = {r"\-": "-", r"\(em": "—", r"\(en": "–", r"\(aq": "'", r"\(lq": '"', r"\(rq": '"', r"\(oq": "'",
-           r"\(cq": "'", r"\(bu": "•", r"\e": "\\", r"\&": "", r"\ ": " ", r"\~": " ", r"\|": "", r"\^": "",
-           r"\:": "", r"\%": "", r"\c": ""}
-ESCAPE = re.compile(r"\\s[-+]?\d+"  # size changes
-                    r"|\\f(?:\[[^]]*\]|\(..|.)|\\\*(?:\[[^]]*\]|\(..|.)"  # fonts and strings
-                    r"|\\\[[^]]*\]|\\\(..|\\[-e& ~|^:%c]|\\.")  # special characters, other escapes
+ESCAPES = {
+    r"\-": "-",
+    r"\(em": "—",
+    r"\(en": "–",
+    r"\(aq": "'",
+    r"\(lq": '"',
+    r"\(rq": '"',
+    r"\(oq": "'",
+    r"\(cq": "'",
+    r"\(bu": "•",
+    r"\e": "\\",
+    r"\&": "",
+    r"\ ": " ",
+    r"\~": " ",
+    r"\|": "",
+    r"\^": "",
+    r"\:": "",
+    r"\%": "",
+    r"\c": "",
+}
+ESCAPE = re.compile(
+    r"\\s[-+]?\d+"  # size changes
+    r"|\\f(?:\[[^]]*\]|\(..|.)|\\\*(?:\[[^]]*\]|\(..|.)"  # fonts and strings
+    r"|\\\[[^]]*\]|\\\(..|\\[-e& ~|^:%c]|\\."
+)  # special characters, other escapes
 FONT_MACROS = {".B", ".I", ".SM", ".SB"}  # their arguments are words
 ALTERNATING = {".BR", ".RB", ".IR", ".RI", ".BI", ".IB"}  # their arguments touch: ".BR ls (1)" is "ls(1)"
 

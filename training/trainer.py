@@ -100,8 +100,15 @@ class Trainer:
         self.data = self._prepare()
         tok = self.data.tokenizer
         self.model_cfg = cfg.model_config(len(tok.source), len(tok.target))
-        self.meta = CheckpointMeta(self.model_cfg, tok.cfg, cfg.task, cfg.source_lang, cfg.target_lang,
-                                   extra={"train_config": cfg.to_dict()}, decoding=cfg.decoding_config())
+        self.meta = CheckpointMeta(
+            self.model_cfg,
+            tok.cfg,
+            cfg.task,
+            cfg.source_lang,
+            cfg.target_lang,
+            extra={"train_config": cfg.to_dict()},
+            decoding=cfg.decoding_config(),
+        )
         torch.manual_seed(cfg.seed)
         self.model = Transformer(self.model_cfg).to(self.cluster.device)
         torch.manual_seed(cfg.seed + self.cluster.rank)  # dropout differs across ranks
@@ -139,8 +146,10 @@ class Trainer:
         changed = {k: (saved.get(k), v) for k, v in self.model_cfg.to_dict().items() if saved.get(k) != v}
         if changed:  # the weights would not fit, or would be read as another model's
             shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            raise TrainConfigError(f"{self.run_dir} holds checkpoints of another model ({shown}): pass --no-resume "
-                                   "to start afresh there, or choose another run_dir")
+            raise TrainConfigError(
+                f"{self.run_dir} holds checkpoints of another model ({shown}): pass --no-resume "
+                "to start afresh there, or choose another run_dir"
+            )
         self.state = load_training_checkpoint(found[-1], self.model, self.optimizer)
         self.log.truncate(self.state.step)
         if self.progress:
@@ -154,12 +163,14 @@ class Trainer:
             epoch = token_batches(self.data.train, self.cfg.batch_tokens, self.cfg.seed, self.state.epoch)
             steps = len(epoch) // per_step
             if steps == 0:
-                raise TrainConfigError(f"the training set ({len(self.data.train)} pairs) is smaller than one step's "
-                                       f"batches: lower batch_tokens ({self.cfg.batch_tokens}) or accumulate")
+                raise TrainConfigError(
+                    f"the training set ({len(self.data.train)} pairs) is smaller than one step's "
+                    f"batches: lower batch_tokens ({self.cfg.batch_tokens}) or accumulate"
+                )
             while self.state.batch_in_epoch < steps:
                 start = self.state.batch_in_epoch * per_step + self.cluster.rank * self.cfg.accumulate
                 self.state.batch_in_epoch += 1  # counted before the step, so a checkpoint after it skips it
-                yield epoch[start:start + self.cfg.accumulate]
+                yield epoch[start : start + self.cfg.accumulate]
             self.state.epoch += 1
             self.state.batch_in_epoch = 0
 
@@ -167,12 +178,14 @@ class Trainer:
         """One optimizer step over a group of batches: summed loss and NLL, and target tokens."""
         special = self.data.tokenizer.special
         batches = [collate(self.data.train, idx, special.pad, special.decoder_start) for idx in group]
-        tokens = torch.tensor(sum(int((b.tgt_out != special.pad).sum()) for b in batches), dtype=torch.float64,
-                              device=self.cluster.device)  # NCCL reduces device tensors only
+        tokens = torch.tensor(
+            sum(int((b.tgt_out != special.pad).sum()) for b in batches), dtype=torch.float64, device=self.cluster.device
+        )  # NCCL reduces device tensors only
         if self.cluster.world > 1:
             dist.all_reduce(tokens)
-        set_rate(self.optimizer, noam_rate(self.state.step + 1, self.model_cfg.d_model, self.cfg.warmup,
-                                           self.cfg.lr_scale))
+        set_rate(
+            self.optimizer, noam_rate(self.state.step + 1, self.model_cfg.d_model, self.cfg.warmup, self.cfg.lr_scale)
+        )
         total_loss = total_nll = 0.0
         for i, b in enumerate(batches):
             b = b.to(self.cluster.device)
@@ -200,9 +213,14 @@ class Trainer:
             self.resume()
         self.net.train()
         cfg, state = self.cfg, self.state
-        bar = tqdm(total=projected_steps(cfg, state.step, state.elapsed), initial=state.step,
-                   disable=not self.progress, unit="step",
-                   dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        bar = tqdm(
+            total=projected_steps(cfg, state.step, state.elapsed),
+            initial=state.step,
+            disable=not self.progress,
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=0.5 if sys.stderr.isatty() else 30.0,
+        )
         window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "time": 0.0}
         batches = self.batches()
         while state.step < cfg.max_steps:
@@ -226,8 +244,10 @@ class Trainer:
             if state.step % cfg.eval_every == 0 or last:
                 scores = self.evaluate_dev()
                 if scores is not None and self.progress:
-                    bar.write(f"step {state.step}: dev loss {scores.loss:.3f}, ppl {scores.ppl:.2f}, "
-                              f"{scores.main} {scores.score:.2f}")
+                    bar.write(
+                        f"step {state.step}: dev loss {scores.loss:.3f}, ppl {scores.ppl:.2f}, "
+                        f"{scores.main} {scores.score:.2f}"
+                    )
             if state.step % cfg.save_every == 0 or last:
                 self.save()
             if out_of_time:
@@ -239,9 +259,14 @@ class Trainer:
 
     def test_best(self) -> dict[str, float | str]:
         """Score run_dir/best on the held-out test split into test_scores.json."""
-        scores = evaluate_checkpoint(self.run_dir / "best", self.data.test_pairs, self.cfg.eval_beam_size,
-                                     str(self.cluster.device), self.cfg.batch_tokens,
-                                     "test" if self.progress else None)
+        scores = evaluate_checkpoint(
+            self.run_dir / "best",
+            self.data.test_pairs,
+            self.cfg.eval_beam_size,
+            str(self.cluster.device),
+            self.cfg.batch_tokens,
+            "test" if self.progress else None,
+        )
         scores = {"checkpoint": "best", "step": self.state.best_step or 0, **scores}
         (self.run_dir / "test_scores.json").write_text(json.dumps(scores, indent=1) + "\n")
         if self.progress:
@@ -251,9 +276,13 @@ class Trainer:
     def _log_row(self, window: dict[str, float]) -> dict[str, Any]:
         tokens = max(window["tokens"], 1)
         row = {
-            "step": self.state.step, "loss": window["loss"] / tokens, "nll": window["nll"] / tokens,
-            "ppl": float(torch.tensor(window["nll"] / tokens).exp()), "lr": self.optimizer.param_groups[0]["lr"],
-            "tokens_per_s": window["tokens"] / max(window["time"], 1e-9), "elapsed": self.state.elapsed,
+            "step": self.state.step,
+            "loss": window["loss"] / tokens,
+            "nll": window["nll"] / tokens,
+            "ppl": float(torch.tensor(window["nll"] / tokens).exp()),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "tokens_per_s": window["tokens"] / max(window["time"], 1e-9),
+            "elapsed": self.state.elapsed,
         }
         if self.cluster.device.type == "cuda":
             row["max_memory_gb"] = torch.cuda.max_memory_allocated(self.cluster.device) / 2**30
@@ -266,12 +295,19 @@ class Trainer:
         if self.cluster.main and len(self.data.dev):
             special = self.data.tokenizer.special
             loss = corpus_loss(self.model, self.data.dev, special.pad, special.decoder_start, self.cfg.batch_tokens)
-            pairs = self.data.dev_pairs[:self.cfg.eval_max_sentences]
+            pairs = self.data.dev_pairs[: self.cfg.eval_max_sentences]
             # Decoded in the weights' own dtype, outside autocast: the beam search's caches take the model's
             # dtype, and the score is that of the checkpoint kept as best.
             translator = Translator(self.model, self.data.tokenizer, self.meta)
-            scores, _ = evaluate(translator, [p.source for p in pairs], [p.target for p in pairs], loss,
-                                 self.cfg.eval_beam_size, self.cfg.task, "dev" if self.progress else None)
+            scores, _ = evaluate(
+                translator,
+                [p.source for p in pairs],
+                [p.target for p in pairs],
+                loss,
+                self.cfg.eval_beam_size,
+                self.cfg.task,
+                "dev" if self.progress else None,
+            )
             self.log.write({"step": self.state.step, **scores.as_dict()})
             if self.state.best_score is None or scores.score > self.state.best_score:
                 self.state.best_score, self.state.best_step = scores.score, self.state.step
@@ -282,8 +318,15 @@ class Trainer:
 
     def save(self) -> None:
         if self.cluster.main:
-            save_training_checkpoint(self.run_dir, self.model, self.meta, self.data.tokenizer_dir,
-                                     self.optimizer, self.state, self.cfg.keep_last)
+            save_training_checkpoint(
+                self.run_dir,
+                self.model,
+                self.meta,
+                self.data.tokenizer_dir,
+                self.optimizer,
+                self.state,
+                self.cfg.keep_last,
+            )
         self._barrier()
 
 
@@ -301,8 +344,10 @@ def refuse_stale_run(cfg: TrainConfig) -> None:
     run_dir = Path(cfg.run_dir)
     key = run_dir / "data" / "key"
     if list_checkpoints(run_dir) and key.is_file() and key.read_text() != cfg.data_key():
-        raise TrainConfigError(f"{run_dir} holds checkpoints trained on other data (the data, clean, split or vocab "
-                               "settings changed): pass --no-resume to start afresh there, or choose another run_dir")
+        raise TrainConfigError(
+            f"{run_dir} holds checkpoints trained on other data (the data, clean, split or vocab "
+            "settings changed): pass --no-resume to start afresh there, or choose another run_dir"
+        )
 
 
 def train(cfg: TrainConfig, resume: bool = True) -> Path:

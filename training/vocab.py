@@ -37,10 +37,19 @@ def _train(texts: Sequence[str], prefix: Path, cfg: VocabConfig, seed: int) -> P
     spm.set_random_generator_seed(seed)  # the same corpus gives the same vocabulary
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=cfg.size, model_type=cfg.kind,
-        character_coverage=cfg.character_coverage, pad_id=special.pad, unk_id=special.unk,
-        bos_id=special.bos, eos_id=special.eos, hard_vocab_limit=False, minloglevel=2,
-        input_sentence_size=cfg.max_sentences, shuffle_input_sentence=True,
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=cfg.size,
+        model_type=cfg.kind,
+        character_coverage=cfg.character_coverage,
+        pad_id=special.pad,
+        unk_id=special.unk,
+        bos_id=special.bos,
+        eos_id=special.eos,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        input_sentence_size=cfg.max_sentences,
+        shuffle_input_sentence=True,
     )
     path = prefix.with_suffix(".model")
     path.write_bytes(model.getvalue())

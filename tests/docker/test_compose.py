@@ -65,6 +65,7 @@ def gpu(cpu: dict[str, Any]) -> dict[str, Any]:
 
 # -- the specification ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", [COMPOSE, COMPOSE_GPU], ids=lambda p: p.name)
 def test_compose_file_follows_the_specification(path: Path) -> None:
     assert schema_errors(load(path)) == []
@@ -85,6 +86,7 @@ def test_schema_rejects_what_compose_rejects(cpu: dict[str, Any]) -> None:
 
 
 # -- the CPU deployment -----------------------------------------------------------------------------
+
 
 def test_services(cpu: dict[str, Any]) -> None:
     assert set(cpu["services"]) == {"redis", "api", "worker"}
@@ -141,6 +143,7 @@ def test_cpu_image_builds_with_the_dockerfile_default(cpu: dict[str, Any]) -> No
 
 
 # -- the GPU deployment -----------------------------------------------------------------------------
+
 
 def test_gpu_deployment_builds_the_cuda_image(cpu: dict[str, Any], gpu: dict[str, Any]) -> None:
     api, worker = (gpu["services"][name] for name in APP_SERVICES)

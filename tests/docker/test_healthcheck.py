@@ -36,10 +36,14 @@ def free_port() -> int:
 
 
 def check(*args: str, **env: str) -> tuple[int, str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith("TRANSFORMER_") and k != "REDIS_URL" and "proxy" not in k.lower()}
-    result = subprocess.run([sys.executable, str(HEALTHCHECK), *args], env={**clean, **env},
-                            capture_output=True, text=True, timeout=30)
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TRANSFORMER_") and k != "REDIS_URL" and "proxy" not in k.lower()
+    }
+    result = subprocess.run(
+        [sys.executable, str(HEALTHCHECK), *args], env={**clean, **env}, capture_output=True, text=True, timeout=30
+    )
     return result.returncode, result.stdout + result.stderr
 
 
@@ -121,10 +125,12 @@ def test_role_of_the_main_process() -> None:
 
 def test_api_url(monkeypatch: pytest.MonkeyPatch) -> None:
     api_url = load_module().api_url
-    cases = {("0.0.0.0", "8000"): "http://127.0.0.1:8000/healthz",
-             ("10.1.2.3", "9000"): "http://10.1.2.3:9000/healthz",
-             ("::", "8000"): "http://127.0.0.1:8000/healthz",
-             ("::1", "8000"): "http://[::1]:8000/healthz"}
+    cases = {
+        ("0.0.0.0", "8000"): "http://127.0.0.1:8000/healthz",
+        ("10.1.2.3", "9000"): "http://10.1.2.3:9000/healthz",
+        ("::", "8000"): "http://127.0.0.1:8000/healthz",
+        ("::1", "8000"): "http://[::1]:8000/healthz",
+    }
     for (host, port), url in cases.items():
         monkeypatch.setenv("TRANSFORMER_HOST", host)
         monkeypatch.setenv("TRANSFORMER_PORT", port)

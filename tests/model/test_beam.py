@@ -17,8 +17,14 @@ V = 60
 LENGTHS = [3, 5, 7, 9, 11, 4, 6, 8]  # source lengths, EOS included
 
 
-def biased_model(eos_bias: float = 0.0, seed: int = 1, max_len: int = 64, copy: bool = False,
-                 follow: bool = False, **token_bias: float) -> Transformer:
+def biased_model(
+    eos_bias: float = 0.0,
+    seed: int = 1,
+    max_len: int = 64,
+    copy: bool = False,
+    follow: bool = False,
+    **token_bias: float,
+) -> Transformer:
     """A random tiny model whose logits get extra bias on EOS (and on ids given as t<id>=bias); copy: a
     pointer-generator (model.copy); follow: one that favours copying runs (ModelConfig.copy_follow)."""
     model = build_model(tiny_config(V, logits_bias=True, max_len=max_len, copy=copy, copy_follow=follow), seed=seed)
@@ -100,11 +106,12 @@ def forced_log_prob(model: Transformer, src_ids: list[int], out_ids: list[int]) 
 
 
 def has_repeated_ngram(tokens: list[int], n: int) -> bool:
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return len(grams) != len(set(grams))
 
 
 # -- beam 1 is greedy ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("early_stopping", "alpha"), [(True, 0.6), (True, 1.0), (False, 0.0)])
 def test_beam_1_equals_greedy(early_stopping: bool, alpha: float) -> None:
@@ -112,10 +119,12 @@ def test_beam_1_equals_greedy(early_stopping: bool, alpha: float) -> None:
     srcs = sources()
     expected = [greedy(model, s, limit) for s in srcs]
     assert len({tuple(e) for e in expected}) >= 3, "the test model should depend on its input"
-    assert {len(e) for e in expected} & {limit} and min(len(e) for e in expected) < limit, \
+    assert {len(e) for e in expected} & {limit} and min(len(e) for e in expected) < limit, (
         "the test model should end some outputs with EOS and run others to the limit"
-    results = search(model, srcs, beam_size=1, max_len_a=0.0, max_len_b=limit, length_penalty=alpha,
-                     early_stopping=early_stopping)
+    )
+    results = search(
+        model, srcs, beam_size=1, max_len_a=0.0, max_len_b=limit, length_penalty=alpha, early_stopping=early_stopping
+    )
     assert [r[0].tokens for r in results] == expected
 
 
@@ -127,6 +136,7 @@ def test_beam_1_equals_greedy_one_sentence_at_a_time() -> None:
 
 
 # -- batching ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("early_stopping", [True, False])
 def test_sentence_alone_equals_sentence_in_a_padded_batch(early_stopping: bool) -> None:
@@ -150,6 +160,7 @@ def test_outputs_differ_between_sources() -> None:
 
 # -- n-best lists, scores and length penalties ---------------------------------------------------
 
+
 @pytest.mark.parametrize("n_best", [1, 2, 4])
 def test_n_best_lists_are_sorted_and_distinct(n_best: int) -> None:
     results = search(biased_model(eos_bias=7.0), sources(), beam_size=4, n_best=n_best, max_len_b=5)
@@ -166,8 +177,16 @@ def test_scores_are_log_prob_over_length_penalty(form: str, alpha: float) -> Non
     """Every hypothesis here ends with EOS: score = log P(Y + EOS) / lp(|Y| + 1), log P as teacher-forced."""
     model, limit = biased_model(eos_bias=8.0), 30
     srcs = sources()
-    cfg = {"beam_size": 4, "n_best": 4, "max_len_a": 0.0, "max_len_b": limit, "min_length": 1,
-           "length_penalty": alpha, "length_penalty_form": form, "early_stopping": True}
+    cfg = {
+        "beam_size": 4,
+        "n_best": 4,
+        "max_len_a": 0.0,
+        "max_len_b": limit,
+        "min_length": 1,
+        "length_penalty": alpha,
+        "length_penalty_form": form,
+        "early_stopping": True,
+    }
     lp = DecodingConfig(**cfg).length_penalty_of
     lengths = set()
     for s, hyps in zip(srcs, search(model, srcs, **cfg), strict=True):
@@ -183,16 +202,23 @@ def test_hypotheses_at_the_length_limit_are_scored_consistently() -> None:
     """An output cut at the limit is scored either with EOS counted (a forced EOS) or without it."""
     model, limit = biased_model(eos_bias=-20.0), 6
     srcs = sources()[:3]
-    cfg = {"beam_size": 3, "n_best": 3, "max_len_a": 0.0, "max_len_b": limit, "length_penalty": 1.0,
-           "length_penalty_form": "average"}
+    cfg = {
+        "beam_size": 3,
+        "n_best": 3,
+        "max_len_a": 0.0,
+        "max_len_b": limit,
+        "length_penalty": 1.0,
+        "length_penalty_form": "average",
+    }
     for s, hyps in zip(srcs, search(model, srcs, **cfg), strict=True):
         for h in hyps:
             assert len(h.tokens) == limit
             without_eos = forced_log_prob(model, s, h.tokens)
             with_eos = forced_log_prob(model, s, h.tokens + [SPECIAL.eos])
             cut = h.log_prob == pytest.approx(without_eos, abs=1e-4) and h.score == pytest.approx(h.log_prob / limit)
-            forced = h.log_prob == pytest.approx(with_eos, abs=1e-4) and \
-                h.score == pytest.approx(h.log_prob / (limit + 1))
+            forced = h.log_prob == pytest.approx(with_eos, abs=1e-4) and h.score == pytest.approx(
+                h.log_prob / (limit + 1)
+            )
             assert cut or forced
 
 
@@ -229,8 +255,7 @@ def test_early_stopping_false_keeps_searching_while_a_longer_hypothesis_can_win(
     transitions = {start: {SPECIAL.eos: 0.0, y: -1.5}, y: {chain[0]: 0.0}, chain[-1]: {SPECIAL.eos: 0.0}}
     transitions.update({a: {b: 0.0} for a, b in zip(chain, chain[1:], strict=False)})
     model = bigram_model(transitions)
-    cfg = {"beam_size": 1, "max_len_a": 0.0, "max_len_b": 20, "length_penalty": 1.0,
-           "length_penalty_form": "average"}
+    cfg = {"beam_size": 1, "max_len_a": 0.0, "max_len_b": 20, "length_penalty": 1.0, "length_penalty_form": "average"}
     src = sources([4])
     [[eager]] = search(model, src, early_stopping=True, **cfg)
     [[patient]] = search(model, src, early_stopping=False, **cfg)
@@ -252,6 +277,7 @@ def test_bigram_model_is_what_it_claims() -> None:
 
 
 # -- constraints ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("min_length", [1, 3, 5])
 def test_min_length_is_honoured(min_length: int) -> None:

@@ -33,9 +33,13 @@ class Payload:
 
 def save_tiny(directory: Path, seed: int = 0, **overrides: Any) -> Transformer:
     model = build_model(tiny_config(V, **overrides), seed=seed)
-    meta = CheckpointMeta(model=model.cfg, tokenizer=TokenizerConfig(source_model="spm.model",
-                                                                     target_model="spm.model"),
-                          source_lang="en", target_lang="de", extra={"note": "test"})
+    meta = CheckpointMeta(
+        model=model.cfg,
+        tokenizer=TokenizerConfig(source_model="spm.model", target_model="spm.model"),
+        source_lang="en",
+        target_lang="de",
+        extra={"note": "test"},
+    )
     save_checkpoint(directory, model, meta)
     return model
 
@@ -49,12 +53,16 @@ def assert_same_weights(a: Transformer, b: Transformer) -> None:
 
 # -- round trips ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"norm": "pre", "positions": "learned", "activation": "gelu"},
-    {"share_embeddings": False, "tie_output": False, "tgt_vocab_size": 70},
-    {"logits_bias": True, "position_layout": "halves", "activation": "swish", "N_dec": 3},
-])
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm": "pre", "positions": "learned", "activation": "gelu"},
+        {"share_embeddings": False, "tie_output": False, "tgt_vocab_size": 70},
+        {"logits_bias": True, "position_layout": "halves", "activation": "swish", "N_dec": 3},
+    ],
+)
 def test_save_then_load_is_bit_exact(tmp_path: Path, overrides: dict[str, Any]) -> None:
     tgt = overrides.pop("tgt_vocab_size", None)
     model = build_model(tiny_config(V, tgt, **overrides), seed=4)
@@ -74,8 +82,13 @@ def test_save_then_load_is_bit_exact(tmp_path: Path, overrides: dict[str, Any]) 
 
 def test_config_json_round_trips_the_tokenizer_config(tmp_path: Path) -> None:
     model = build_model(tiny_config(V), seed=0)
-    tok = TokenizerConfig(source_model="a.spm", target_model="b.spm", source_vocab="v.json", target_vocab="v.json",
-                          special=SpecialIds(pad=9, unk=1, bos=9, eos=0, decoder_start=9))
+    tok = TokenizerConfig(
+        source_model="a.spm",
+        target_model="b.spm",
+        source_vocab="v.json",
+        target_vocab="v.json",
+        special=SpecialIds(pad=9, unk=1, bos=9, eos=0, decoder_start=9),
+    )
     save_checkpoint(tmp_path, model, CheckpointMeta(model=model.cfg, tokenizer=tok, task="summarization"))
     meta = read_meta(tmp_path)
     assert meta.tokenizer == tok and meta.task == "summarization"
@@ -124,6 +137,7 @@ def test_saving_twice_overwrites(tmp_path: Path) -> None:
 
 
 # -- broken checkpoints --------------------------------------------------------------------------
+
 
 def assert_names(error: pytest.ExceptionInfo[CheckpointError], path: Path) -> None:
     assert str(path) in str(error.value)
@@ -277,6 +291,7 @@ def test_a_copied_checkpoint_loads(tmp_path: Path) -> None:
 
 # -- permissions: the service's image runs as its own user -----------------------------------------------------
 
+
 def test_checkpoints_are_readable_by_every_user_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:
@@ -284,13 +299,16 @@ def test_checkpoints_are_readable_by_every_user_whatever_the_umask(tmp_path: Pat
     finally:
         os.umask(old)
     assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o755
-    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "ckpt").iterdir()} == \
-        {"config.json": 0o644, "model.safetensors": 0o644}
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "ckpt").iterdir()} == {
+        "config.json": 0o644,
+        "model.safetensors": 0o644,
+    }
 
 
 @pytest.mark.parametrize("unreadable", ["", "config.json", "model.safetensors"])
-def test_an_unreadable_checkpoint_is_named_a_permission_problem(tmp_path: Path, unreadable: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_checkpoint_is_named_a_permission_problem(
+    tmp_path: Path, unreadable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Tests run as root, who reads everything: os.access answers as for a user the files' modes keep out."""
     save_tiny(tmp_path / "ckpt")
     target = os.path.join(tmp_path / "ckpt", unreadable) if unreadable else str(tmp_path / "ckpt")

@@ -41,9 +41,11 @@ def assert_same(got: list[Hypothesis], want: list[Hypothesis]) -> None:
         assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
 
 
-def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]],
-                      after_step: Callable[[BeamLoop], None] | None = None
-                      ) -> tuple[dict[int, list[Hypothesis]], dict[int, int]]:
+def run_with_arrivals(
+    loop: BeamLoop,
+    arrivals: dict[int, list[tuple[int, list[int], DecodingConfig]]],
+    after_step: Callable[[BeamLoop], None] | None = None,
+) -> tuple[dict[int, list[Hypothesis]], dict[int, int]]:
     """Admit arrivals[step] before that step (after_step, if given, sees the loop after each one); returns each
     tag's n-best and the loop size it left from."""
     out: dict[int, list[Hypothesis]] = {}
@@ -63,11 +65,14 @@ def run_with_arrivals(loop: BeamLoop, arrivals: dict[int, list[tuple[int, list[i
     return out, company
 
 
-@pytest.mark.parametrize(("seed", "copy", "follow"), [(0, False, False), (1, False, False), (2, False, False),
-                                                      (0, True, False), (1, True, False), (2, True, True)])
+@pytest.mark.parametrize(
+    ("seed", "copy", "follow"),
+    [(0, False, False), (1, False, False), (2, False, False), (0, True, False), (1, True, False), (2, True, True)],
+)
 @torch.no_grad()
-def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(seed: int, copy: bool,
-                                                                                  follow: bool) -> None:
+def test_sentences_admitted_mid_search_with_other_options_equal_their_search_alone(
+    seed: int, copy: bool, follow: bool
+) -> None:
     """Also with copying (model.copy), whose per-sentence source ids and keys join, move and leave with the
     sentence's cross-attention slot, and each row's last token with its row (copy_follow)."""
     model = biased_model(eos_bias=4.0, seed=seed, copy=copy, follow=follow)
@@ -202,12 +207,14 @@ def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9(copy: bool)
     model = biased_model(eos_bias=-2.0, seed=3, max_len=128, copy=copy).double()
     rng = random.Random(0)
     srcs = sources([rng.randint(2, 20) for _ in range(120)], seed=9)
-    cfgs = [DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=20 + 7 * i % 41, **OPTION_SETS[i % 2])
-            for i in range(len(srcs))]
+    cfgs = [
+        DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=20 + 7 * i % 41, **OPTION_SETS[i % 2])
+        for i in range(len(srcs))
+    ]
     loop, waiting, got, joined = BeamLoop(model, SPECIAL, 4), list(range(len(srcs))), {}, 0
     spans, out_of_order = 0, 0  # steps cut into several row ranges; steps with slots in another order
     while waiting or loop:
-        take, waiting = waiting[:8 - len(loop)], waiting[8 - len(loop):]
+        take, waiting = waiting[: 8 - len(loop)], waiting[8 - len(loop) :]
         joined += len(take) if loop else 0
         loop.admit([srcs[i] for i in take], [cfgs[i] for i in take], take)
         assert loop.cache is not None
@@ -228,7 +235,11 @@ def test_sentences_keep_their_join_order_and_rows_are_cut_where_lengths_fall() -
     # Four sentences at least per range; a range ends where lengths fall to half its first one's.
     assert row_spans([20, 19, 18, 17, 9, 8, 3, 2, 1, 0], beams=2) == ((0, 8, 20), (8, 16, 9), (16, 20, 1))
     assert row_spans([40, 40, 40, 40, 20, 20, 20, 20, 10, 10, 10, 10, 5, 5, 5, 5, 1, 1, 1, 1], beams=1) == (
-        (0, 4, 40), (4, 8, 20), (8, 12, 10), (12, 20, 5))  # at most MAX_SPANS ranges
+        (0, 4, 40),
+        (4, 8, 20),
+        (8, 12, 10),
+        (12, 20, 5),
+    )  # at most MAX_SPANS ranges
     assert row_spans([3, 30, 2, 1, 1, 1], beams=1) == ((0, 4, 30), (4, 6, 1))  # any order is correct: n is the most
 
 

@@ -76,8 +76,10 @@ def test_a_strong_follow_copies_runs_of_the_source() -> None:
         start = src.index(best.tokens[0])
         assert best.tokens == src[start:-1], (src, best.tokens)  # on to the source's end, then its EOS
     plain = follow_model(follow=0.0, gate_bias=-40.0)  # without the bonus, copies come in any order
-    runs = [h.tokens == src[src.index(h.tokens[0]):-1]
-            for src, [h] in zip(srcs, search_all(plain, srcs, [cfg] * 3, SPECIAL), strict=True)]
+    runs = [
+        h.tokens == src[src.index(h.tokens[0]) : -1]
+        for src, [h] in zip(srcs, search_all(plain, srcs, [cfg] * 3, SPECIAL), strict=True)
+    ]
     assert not all(runs)
 
 
@@ -135,8 +137,9 @@ def test_a_closed_gate_generates_only_words_of_the_source() -> None:
 
 
 @pytest.mark.parametrize("follow", [False, True])
-def test_a_copying_checkpoint_loads_packed_and_in_int8(tmp_path: Path, spm_dir: Path, vocab_size: int,
-                                                        sentences: list[str], follow: bool) -> None:
+def test_a_copying_checkpoint_loads_packed_and_in_int8(
+    tmp_path: Path, spm_dir: Path, vocab_size: int, sentences: list[str], follow: bool
+) -> None:
     """The copy layer's weights are saved and read like the others; packed float32 (the CPU default) gives the
     unpacked outputs, and int8 (quantized at load or by `transformer quantize`) decodes."""
     path = save_random_checkpoint(tmp_path / "m", spm_dir, vocab_size, seed=2, copy=True, copy_follow=follow)

@@ -38,26 +38,41 @@ def test_the_options_are_read_and_checked_and_only_changes_are_written(checkpoin
     meta = read_meta(with_decoding(checkpoint_dir, tmp_path / "own", OWN))
     assert meta.decoding == DecodingConfig(**OWN)  # type: ignore[arg-type]
     assert meta.to_dict()["decoding"] == OWN
-    for bad, message in (({"beam_size": 0}, "beam_size"), ({"beams": 4}, "unknown decoding options"),
-                         ([4], "bad config")):
+    for bad, message in (
+        ({"beam_size": 0}, "beam_size"),
+        ({"beams": 4}, "unknown decoding options"),
+        ([4], "bad config"),
+    ):
         with pytest.raises(CheckpointError, match=message):
             read_meta(with_decoding(checkpoint_dir, tmp_path / f"bad{len(list(tmp_path.iterdir()))}", bad))
 
 
 def test_translator_and_the_translate_command_use_them_unless_told_otherwise(
-        checkpoint_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     own = Translator.load(with_decoding(checkpoint_dir, tmp_path / "own", OWN), device="cpu")
     plain = Translator.load(checkpoint_dir, device="cpu")
     texts = make_sentences(5, seed=8)
     got = own.translate(texts)
     assert got == plain.translate(texts, DecodingConfig(**OWN))  # type: ignore[arg-type]
     assert all(len(t.hypotheses) == 2 and len(t.tokens) <= 3 for t in got)
-    assert [t.text for t in own.translate(texts, beam_size=2, n_best=1, max_len_b=5)] == \
-        [t.text for t in plain.translate(texts, DecodingConfig(**{**OWN, "beam_size": 2, "n_best": 1,  # type: ignore[arg-type]
-                                                                     "max_len_b": 5}))]
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(("\n".join(texts) + "\n").encode()),
-                                                       encoding="utf-8"))
+    assert [t.text for t in own.translate(texts, beam_size=2, n_best=1, max_len_b=5)] == [
+        t.text
+        for t in plain.translate(
+            texts,
+            DecodingConfig(
+                **{
+                    **OWN,
+                    "beam_size": 2,
+                    "n_best": 1,  # type: ignore[arg-type]
+                    "max_len_b": 5,
+                }
+            ),
+        )
+    ]
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO(("\n".join(texts) + "\n").encode()), encoding="utf-8")
+    )
     assert main(["translate", "--model", str(tmp_path / "own"), "--max-length", "5", "--n-best", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     want = plain.translate(texts, DecodingConfig(**{**OWN, "n_best": 1}).with_max_length(5))  # type: ignore[arg-type]

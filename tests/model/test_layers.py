@@ -34,6 +34,7 @@ def paper_angle(pos: int, i: int, d_model: int = D_MODEL) -> float:
 
 # -- positional encoding (§3.5) ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pos", POSITIONS)
 @pytest.mark.parametrize("i", INDICES)
 def test_sinusoid_interleaved_is_the_papers_formula(pos: int, i: int) -> None:
@@ -82,6 +83,7 @@ def test_learned_positions_come_from_their_table() -> None:
 
 # -- scaled dot-product attention (§3.2.1) --------------------------------------------------------
 
+
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> tuple[Tensor, Tensor]:
     """softmax(QK^T / sqrt(d_k)) V with -inf on disallowed keys, computed in float64."""
     q, k, v = q.double(), k.double(), v.double()
@@ -124,11 +126,13 @@ def test_step_attention_is_eq_1_with_an_additive_mask(dtype: torch.dtype) -> Non
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(y.float(), y_ref, atol=tol, rtol=tol)
     unmasked = step_attention(q, k.transpose(-2, -1), v)
-    torch.testing.assert_close(unmasked, reference_attention(q, k, v, torch.ones(B, h, n, S, dtype=torch.bool))[0],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        unmasked, reference_attention(q, k, v, torch.ones(B, h, n, S, dtype=torch.bool))[0], atol=1e-5, rtol=1e-5
+    )
 
 
 # -- multi-head attention (§3.2.2) against torch.nn.MultiheadAttention ----------------------------
+
 
 def torch_mha(cfg: ModelConfig, in_weight: Tensor, in_bias: Tensor, out: nn.Linear) -> nn.MultiheadAttention:
     """torch's MultiheadAttention with the given projections: in_weight stacks W_Q, W_K, W_V."""
@@ -163,10 +167,12 @@ def test_causal_self_attention_matches_torch_multihead_attention() -> None:
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
-def cross_attention_reference(layer: CrossAttention, cfg: ModelConfig, x: Tensor, memory: Tensor,
-                              mask: Tensor) -> Tensor:
-    mha = torch_mha(cfg, torch.cat([layer.q.weight, layer.kv.weight]), torch.cat([layer.q.bias, layer.kv.bias]),
-                    layer.out)
+def cross_attention_reference(
+    layer: CrossAttention, cfg: ModelConfig, x: Tensor, memory: Tensor, mask: Tensor
+) -> Tensor:
+    mha = torch_mha(
+        cfg, torch.cat([layer.q.weight, layer.kv.weight]), torch.cat([layer.q.bias, layer.kv.bias]), layer.out
+    )
     y, _ = mha(x, memory, memory, key_padding_mask=~mask, need_weights=False)
     return y
 
@@ -205,8 +211,9 @@ def test_cross_attention_step_equals_forward() -> None:
     mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
     bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
     expected, _ = layer(x, layer.project_kv(memory), mask)
-    torch.testing.assert_close(layer.step(x, *layer.project_kv_for_steps(memory), bias, StepPositions(0)), expected,
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        layer.step(x, *layer.project_kv_for_steps(memory), bias, StepPositions(0)), expected, atol=1e-5, rtol=1e-5
+    )
     # The sentences' slots swapped: rows go to their sentence's slot and come back in their own order.
     swapped = torch.tensor([3, 4, 5, 0, 1, 2])
     where = StepPositions(0, to_slots=swapped, from_slots=swapped)
@@ -216,11 +223,15 @@ def test_cross_attention_step_equals_forward() -> None:
 
 # -- feed-forward (§3.3) and residual sub-layers (§3.1) -------------------------------------------
 
-@pytest.mark.parametrize(("activation", "fn"), [
-    ("relu", lambda z: z.clamp(min=0)),
-    ("gelu", lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2)))),
-    ("swish", lambda z: z * torch.sigmoid(z)),
-])
+
+@pytest.mark.parametrize(
+    ("activation", "fn"),
+    [
+        ("relu", lambda z: z.clamp(min=0)),
+        ("gelu", lambda z: 0.5 * z * (1 + torch.erf(z / math.sqrt(2)))),
+        ("swish", lambda z: z * torch.sigmoid(z)),
+    ],
+)
 def test_feed_forward_is_eq_2(activation: str, fn: object) -> None:
     cfg = tiny_config(10, activation=activation)
     ffn = randomize_(FeedForward(cfg), seed=5).eval()

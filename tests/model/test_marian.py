@@ -39,35 +39,52 @@ def translator(marian_imported: Path) -> Translator:
     return Translator.load(marian_imported, device="cpu")
 
 
-def hf_generate(marian: MarianFixture, texts: list[str], num_return_sequences: int, alpha: float,
-                early_stopping: bool | str) -> list[list[list[int]]]:
+def hf_generate(
+    marian: MarianFixture, texts: list[str], num_return_sequences: int, alpha: float, early_stopping: bool | str
+) -> list[list[list[int]]]:
     """transformers' beam search: per text, its hypotheses as ids without the start symbol and EOS."""
     enc = marian.tokenizer(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
         out = marian.model.generate(
-            **enc, num_beams=5, num_return_sequences=num_return_sequences, length_penalty=alpha,
-            early_stopping=early_stopping, max_new_tokens=MAX_NEW_TOKENS, bad_words_ids=[[marian.pad]],
-            do_sample=False, no_repeat_ngram_size=0, min_length=0,
+            **enc,
+            num_beams=5,
+            num_return_sequences=num_return_sequences,
+            length_penalty=alpha,
+            early_stopping=early_stopping,
+            max_new_tokens=MAX_NEW_TOKENS,
+            bad_words_ids=[[marian.pad]],
+            do_sample=False,
+            no_repeat_ngram_size=0,
+            min_length=0,
         )
     rows = []
     for row in out.tolist():
         assert row[0] == marian.pad  # the decoder start
         row = row[1:]
         assert marian.eos in row, "a hypothesis reached the length limit: the comparison would be unfair"
-        rows.append(row[:row.index(marian.eos)])
-    return [rows[i:i + num_return_sequences] for i in range(0, len(rows), num_return_sequences)]
+        rows.append(row[: row.index(marian.eos)])
+    return [rows[i : i + num_return_sequences] for i in range(0, len(rows), num_return_sequences)]
 
 
-def our_generate(translator: Translator, texts: list[str], n_best: int, alpha: float,
-                 early_stopping: bool | str) -> list[list[list[int]]]:
-    results = translator.translate(texts, beam_size=5, n_best=n_best, length_penalty=alpha,
-                                   length_penalty_form="average", max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1,
-                                   early_stopping=early_stopping is True)
+def our_generate(
+    translator: Translator, texts: list[str], n_best: int, alpha: float, early_stopping: bool | str
+) -> list[list[list[int]]]:
+    results = translator.translate(
+        texts,
+        beam_size=5,
+        n_best=n_best,
+        length_penalty=alpha,
+        length_penalty_form="average",
+        max_len_a=0,
+        max_len_b=MAX_NEW_TOKENS - 1,
+        early_stopping=early_stopping is True,
+    )
     to_ids = translator.tokenizer.target.to_ids
     return [[to_ids(h.tokens) for h in t.hypotheses] for t in results]
 
 
 # -- the imported checkpoint ---------------------------------------------------------------------
+
 
 def test_imported_config(marian_imported: Path, marian: MarianFixture) -> None:
     data = json.loads((marian_imported / "config.json").read_text(encoding="utf-8"))
@@ -100,6 +117,7 @@ def test_imported_weights_equal_the_marian_weights(marian_imported: Path, marian
 
 # -- tokenizer, logits, search -------------------------------------------------------------------
 
+
 def test_source_ids_equal_marian_tokenizer(marian_imported: Path, marian: MarianFixture, texts: list[str]) -> None:
     tok = Tokenizer(marian_imported, read_meta(marian_imported).tokenizer)
     extra = ["", "ka lo  mi", ">>fra<< kalo mine", "ñandú kalo", "KALO 123 !?"]
@@ -108,22 +126,23 @@ def test_source_ids_equal_marian_tokenizer(marian_imported: Path, marian: Marian
 
 
 @torch.no_grad()
-def test_logits_equal_marian_on_a_padded_batch(translator: Translator, marian: MarianFixture,
-                                               texts: list[str]) -> None:
+def test_logits_equal_marian_on_a_padded_batch(translator: Translator, marian: MarianFixture, texts: list[str]) -> None:
     enc = marian.tokenizer(texts[:5], return_tensors="pt", padding=True)
     assert not bool(enc["attention_mask"].bool().all())  # the batch is padded
     gen = torch.Generator().manual_seed(0)
     tgt = torch.randint(1, marian.vocab_size - 1, (5, 9), generator=gen)
     tgt[:, 0] = marian.pad  # the decoder start
-    theirs = marian.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                          decoder_input_ids=tgt).logits
+    theirs = marian.model(
+        input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], decoder_input_ids=tgt
+    ).logits
     ours = translator.model(enc["input_ids"], enc["attention_mask"].bool(), tgt)
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize(("n", "alpha", "early_stopping"), SETTINGS)
-def test_beam_search_equals_transformers_generate(translator: Translator, marian: MarianFixture, texts: list[str],
-                                                  n: int, alpha: float, early_stopping: Any) -> None:
+def test_beam_search_equals_transformers_generate(
+    translator: Translator, marian: MarianFixture, texts: list[str], n: int, alpha: float, early_stopping: Any
+) -> None:
     theirs = hf_generate(marian, texts, n, alpha, early_stopping)
     ours = our_generate(translator, texts, n, alpha, early_stopping)
     assert ours == theirs
@@ -140,15 +159,29 @@ def test_the_comparison_is_not_trivial(marian: MarianFixture, texts: list[str]) 
 def test_text_equals_marian_decode(translator: Translator, marian: MarianFixture, texts: list[str]) -> None:
     enc = marian.tokenizer(texts, return_tensors="pt", padding=True)
     with torch.no_grad():
-        out = marian.model.generate(**enc, num_beams=5, length_penalty=1.0, early_stopping=True,
-                                    max_new_tokens=MAX_NEW_TOKENS, bad_words_ids=[[marian.pad]])
+        out = marian.model.generate(
+            **enc,
+            num_beams=5,
+            length_penalty=1.0,
+            early_stopping=True,
+            max_new_tokens=MAX_NEW_TOKENS,
+            bad_words_ids=[[marian.pad]],
+        )
     theirs = marian.tokenizer.batch_decode(out, skip_special_tokens=True)
-    ours = translator.translate(texts, beam_size=5, length_penalty=1.0, length_penalty_form="average",
-                                max_len_a=0, max_len_b=MAX_NEW_TOKENS - 1, early_stopping=True)
+    ours = translator.translate(
+        texts,
+        beam_size=5,
+        length_penalty=1.0,
+        length_penalty_form="average",
+        max_len_a=0,
+        max_len_b=MAX_NEW_TOKENS - 1,
+        early_stopping=True,
+    )
     assert [t.text for t in ours] == theirs
 
 
 # -- what the importer refuses -------------------------------------------------------------------
+
 
 def copy_hf_dir(marian: MarianFixture, tmp_path: Path) -> Path:
     hf = tmp_path / "hf"
@@ -185,9 +218,9 @@ def test_other_model_types_are_refused(marian: MarianFixture, tmp_path: Path) ->
     assert str(hf / "config.json") in str(e.value)
 
 
-def test_an_unreadable_file_to_import_is_named_a_permission_problem(marian: MarianFixture, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreadable_file_to_import_is_named_a_permission_problem(
+    marian: MarianFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     hf = copy_hf_dir(marian, tmp_path)
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(hf / "source.spm") and real_access(p, mode))

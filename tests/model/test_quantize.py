@@ -45,8 +45,9 @@ def test_int8_linear_is_close_to_the_float_one(shape: tuple[int, ...]) -> None:
 
 
 @needs_int8
-def test_an_int8_translator_holds_no_float_matrices_and_decodes_with_every_option(checkpoint_dir: Path,
-                                                                                    sentences: list[str]) -> None:
+def test_an_int8_translator_holds_no_float_matrices_and_decodes_with_every_option(
+    checkpoint_dir: Path, sentences: list[str]
+) -> None:
     tr = Translator.load(checkpoint_dir, device="cpu", dtype="int8")
     model = tr.model
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
@@ -63,8 +64,9 @@ def test_an_int8_translator_holds_no_float_matrices_and_decodes_with_every_optio
     assert [t.text for t in tr.translate(sentences[:6], beam_size=3, max_len_a=0.0, max_len_b=6)] == alone
 
 
-def test_int8_is_refused_on_cuda_and_on_processors_without_the_kernel(checkpoint_dir: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int8_is_refused_on_cuda_and_on_processors_without_the_kernel(
+    checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ConfigError, match="CPU only"):
         Translator.load(checkpoint_dir, device="cuda", dtype="int8")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
@@ -73,14 +75,15 @@ def test_int8_is_refused_on_cuda_and_on_processors_without_the_kernel(checkpoint
 
 
 @needs_int8
-def test_translate_command_takes_dtype_int8(checkpoint_dir: Path, sentences: list[str],
-                                            monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_translate_command_takes_dtype_int8(
+    checkpoint_dir: Path, sentences: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     fast = ["--beam-size", "3", "--max-len-a", "0", "--max-len-b", "6"]
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(sentences[:4]) + "\n"))
     assert main(["translate", "--model", str(checkpoint_dir), "--dtype", "int8", *fast]) == 0
-    expected = Translator.load(checkpoint_dir, dtype="int8").translate(sentences[:4], beam_size=3, max_len_a=0.0,
-                                                                      max_len_b=6)
+    expected = Translator.load(checkpoint_dir, dtype="int8").translate(
+        sentences[:4], beam_size=3, max_len_a=0.0, max_len_b=6
+    )
     assert capsys.readouterr().out.splitlines() == [t.text for t in expected]
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
     assert main(["translate", "--model", str(checkpoint_dir), "--dtype", "int8", "--device", "cuda", *fast]) == 2
@@ -88,6 +91,7 @@ def test_translate_command_takes_dtype_int8(checkpoint_dir: Path, sentences: lis
 
 
 # -- the int8 checkpoint (`transformer quantize`) ---------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def int8_dir(tmp_path_factory: pytest.TempPathFactory, checkpoint_dir: Path) -> Path:
@@ -97,21 +101,24 @@ def int8_dir(tmp_path_factory: pytest.TempPathFactory, checkpoint_dir: Path) -> 
 
 
 @needs_int8
-def test_an_int8_checkpoint_decodes_exactly_as_quantizing_at_load(int8_dir: Path, checkpoint_dir: Path,
-                                                                   sentences: list[str]) -> None:
+def test_an_int8_checkpoint_decodes_exactly_as_quantizing_at_load(
+    int8_dir: Path, checkpoint_dir: Path, sentences: list[str]
+) -> None:
     opts = {"beam_size": 3, "n_best": 2, "max_len_a": 0.0, "max_len_b": 8}
     at_load = Translator.load(checkpoint_dir, dtype="int8").translate(sentences, **opts)
     from_file = Translator.load(int8_dir).translate(sentences, **opts)  # auto: int8, on the CPU
-    assert [[(h.text, h.score) for h in t.hypotheses] for t in from_file] == \
-        [[(h.text, h.score) for h in t.hypotheses] for t in at_load]
+    assert [[(h.text, h.score) for h in t.hypotheses] for t in from_file] == [
+        [(h.text, h.score) for h in t.hypotheses] for t in at_load
+    ]
     assert read_meta(int8_dir).weights == "int8" and read_meta(int8_dir).model == read_meta(checkpoint_dir).model
     ratio = (int8_dir / WEIGHTS_FILE).stat().st_size / (checkpoint_dir / WEIGHTS_FILE).stat().st_size
     assert ratio < 0.35, f"int8 file is {ratio:.2f}x the float one"
     assert all((int8_dir / f).stat().st_mode & 0o777 == 0o644 for f in (CONFIG_FILE, WEIGHTS_FILE))
 
 
-def test_an_int8_checkpoint_is_refused_where_float_weights_are_needed(int8_dir: Path, tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_int8_checkpoint_is_refused_where_float_weights_are_needed(
+    int8_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ConfigError, match="holds int8 weights"):
         Translator.load(int8_dir, dtype="float32")
     with pytest.raises(CheckpointError, match="for int8 inference only"):
@@ -120,8 +127,9 @@ def test_an_int8_checkpoint_is_refused_where_float_weights_are_needed(int8_dir: 
     assert "int8" in capsys.readouterr().err
 
 
-def test_quantize_does_not_overwrite_a_checkpoint_unless_forced(int8_dir: Path, checkpoint_dir: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_quantize_does_not_overwrite_a_checkpoint_unless_forced(
+    int8_dir: Path, checkpoint_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["quantize", str(checkpoint_dir), str(checkpoint_dir)]) == 2
     assert "elsewhere" in capsys.readouterr().err
     assert read_meta(checkpoint_dir).weights == "float32"
@@ -160,15 +168,18 @@ def zero_scale(t: dict[str, torch.Tensor]) -> None:
     t["src_embed.tokens.weight" + SCALE_SUFFIX][0] = 0.0
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (as_float, "is torch.float32, not torch.int8"),
-    (drop_scale, "missing"),
-    (short_scale, "has shape"),
-    (zero_scale, "positive, finite scales"),
-])
-def test_an_int8_checkpoint_that_does_not_match_is_refused(int8_dir: Path, tmp_path: Path,
-                                                           change: Callable[[dict[str, torch.Tensor]], None],
-                                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (as_float, "is torch.float32, not torch.int8"),
+        (drop_scale, "missing"),
+        (short_scale, "has shape"),
+        (zero_scale, "positive, finite scales"),
+    ],
+)
+def test_an_int8_checkpoint_that_does_not_match_is_refused(
+    int8_dir: Path, tmp_path: Path, change: Callable[[dict[str, torch.Tensor]], None], message: str
+) -> None:
     with pytest.raises(CheckpointError, match=message):
         load_int8_checkpoint(tampered(int8_dir, tmp_path, change))
 

@@ -64,6 +64,7 @@ def cached_logits(model: Transformer, src: Tensor, src_mask: Tensor, tgt: Tensor
 
 # -- incremental decoding ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @torch.no_grad()
 def test_cached_steps_equal_full_recomputation(variant: str) -> None:
@@ -88,8 +89,7 @@ def test_cached_steps_equal_full_recomputation_over_many_positions() -> None:
     model = build_model(tiny_config(SRC_V, max_len=100), seed=5)
     src, src_mask = padded_batch([12, 5])
     tgt = random_target(2, 90, SRC_V)
-    torch.testing.assert_close(cached_logits(model, src, src_mask, tgt), model(src, src_mask, tgt),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(cached_logits(model, src, src_mask, tgt), model(src, src_mask, tgt), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("capacity", [0, 1, 3, 64])
@@ -164,6 +164,7 @@ def test_inference_encoder_on_the_real_tokens_equals_the_padded_encoder(variant:
 
 # -- masks ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("variant", ["paper", "pre_ln", "learned_positions"])
 @torch.no_grad()
 def test_no_information_flows_from_future_targets(variant: str) -> None:
@@ -174,11 +175,11 @@ def test_no_information_flows_from_future_targets(variant: str) -> None:
     gen = torch.Generator().manual_seed(9)
     for t in range(tgt.size(1) - 1):
         changed = tgt.clone()
-        changed[:, t + 1:] = torch.randint(4, model.cfg.tgt_vocab_size, changed[:, t + 1:].shape, generator=gen)
+        changed[:, t + 1 :] = torch.randint(4, model.cfg.tgt_vocab_size, changed[:, t + 1 :].shape, generator=gen)
         assert not torch.equal(changed, tgt)
         other = model(src, src_mask, changed)
-        torch.testing.assert_close(other[:, :t + 1], logits[:, :t + 1], atol=1e-6, rtol=0)
-        assert not torch.allclose(other[:, t + 1:], logits[:, t + 1:], atol=1e-3)  # the future does change
+        torch.testing.assert_close(other[:, : t + 1], logits[:, : t + 1], atol=1e-6, rtol=0)
+        assert not torch.allclose(other[:, t + 1 :], logits[:, t + 1 :], atol=1e-3)  # the future does change
 
 
 @torch.no_grad()
@@ -211,8 +212,10 @@ def test_padded_source_positions_change_nothing(variant: str) -> None:
     memory_g, _ = model.encode(garbage, src_mask)
     torch.testing.assert_close(memory_g[src_mask], memory[src_mask], atol=1e-6, rtol=0)
     # More padding columns change nothing either.
-    wider, wider_mask = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], 1), torch.cat(
-        [src_mask, torch.zeros(3, 4, dtype=torch.bool)], 1)
+    wider, wider_mask = (
+        torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], 1),
+        torch.cat([src_mask, torch.zeros(3, 4, dtype=torch.bool)], 1),
+    )
     torch.testing.assert_close(model(wider, wider_mask, tgt), logits, atol=1e-5, rtol=0)
     # ... while a real source token does matter.
     changed = src.clone()
@@ -231,6 +234,7 @@ def test_padded_sentence_equals_the_same_sentence_alone() -> None:
 
 
 # -- attention weights ---------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def test_attention_weights_are_distributions_over_allowed_keys() -> None:
@@ -271,6 +275,7 @@ def test_no_weights_unless_asked() -> None:
 
 
 # -- shapes, ties and sizes ----------------------------------------------------------------------
+
 
 def test_tied_embeddings_share_one_matrix() -> None:
     model = variant_model("paper")
@@ -328,7 +333,7 @@ def test_untied_embeddings_add_their_matrices() -> None:
 def test_paper_initialisation() -> None:
     model = build_model(tiny_config(500), std=None)
     emb = model.src_embed.tokens.weight
-    assert abs(float(emb.std()) - 64 ** -0.5) < 0.01
+    assert abs(float(emb.std()) - 64**-0.5) < 0.01
     linear = model.encoder[0].ffn.w1
     assert bool((linear.bias == 0).all())
     bound = (6 / (64 + 128)) ** 0.5  # Xavier uniform

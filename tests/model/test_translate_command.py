@@ -21,13 +21,17 @@ def feed(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
 
 
-def test_an_over_long_line_is_named_and_the_lines_before_it_are_kept(checkpoint_dir: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_over_long_line_is_named_and_the_lines_before_it_are_kept(
+    checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = make_sentences(301, seed=3, min_words=1, max_words=6)
     lines[99] = LONG  # line 100, in the second chunk
-    want = [t.text for t in Translator.load(checkpoint_dir).translate(
-        [line for i, line in enumerate(lines) if i != 99], beam_size=2, max_len_a=0.0, max_len_b=4)]
+    want = [
+        t.text
+        for t in Translator.load(checkpoint_dir).translate(
+            [line for i, line in enumerate(lines) if i != 99], beam_size=2, max_len_a=0.0, max_len_b=4
+        )
+    ]
     feed(monkeypatch, ("\n".join(lines) + "\n").encode())
     assert main(["translate", "--model", str(checkpoint_dir), *FAST]) == 2
     out, err = capsys.readouterr()
@@ -41,8 +45,9 @@ def test_an_over_long_line_is_named_and_the_lines_before_it_are_kept(checkpoint_
     assert "warning: line 100 has" in err
 
 
-def test_bytes_that_are_not_utf8_are_named_not_a_traceback(checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bytes_that_are_not_utf8_are_named_not_a_traceback(
+    checkpoint_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     feed(monkeypatch, b"kalo mine\nruza \xff\xfe vo\nsa ti\n")
     assert main(["translate", "--model", str(checkpoint_dir), "--skip-errors", *FAST]) == 0
     out, err = capsys.readouterr()

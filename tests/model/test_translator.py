@@ -37,8 +37,9 @@ def test_load_gives_an_eval_float32_cpu_model(translator: Translator) -> None:
     assert all(p.dtype == torch.float32 for p in translator.model.parameters())
 
 
-def test_translate_returns_text_tokens_score_hypotheses(translator: Translator, checkpoint_dir: Path,
-                                                        sentences: list[str]) -> None:
+def test_translate_returns_text_tokens_score_hypotheses(
+    translator: Translator, checkpoint_dir: Path, sentences: list[str]
+) -> None:
     sp = sp_model(checkpoint_dir)
     results = translator.translate(sentences[:3], beam_size=3, n_best=2, **FAST)
     assert len(results) == 3
@@ -132,11 +133,15 @@ def test_invalid_unicode_is_an_input_error(translator: Translator) -> None:
 
 def test_a_search_stops_when_asked(translator: Translator) -> None:
     from model.errors import SearchStopped
+
     asked: list[int] = []
     ids = translator.encode(["kalo mine ruza"])
     with pytest.raises(SearchStopped):
-        translator.search(ids, translator.decoding_config(max_len_a=0, max_len_b=20),
-                          stop=lambda: asked.append(1) is None and len(asked) > 3)
+        translator.search(
+            ids,
+            translator.decoding_config(max_len_a=0, max_len_b=20),
+            stop=lambda: asked.append(1) is None and len(asked) > 3,
+        )
     assert len(asked) == 4  # asked before every step: three steps ran
 
 
@@ -195,8 +200,9 @@ def test_bfloat16_on_cpu_translates(checkpoint_dir: Path, sentences: list[str]) 
 def test_a_summarizer_reads_only_the_first_read_first_tokens(tmp_path: Path, spm_dir: Path, vocab_size: int) -> None:
     """ModelConfig.read_first (See et al., 2017): a document longer than the model takes is no error, and
     what it says after its first read_first - 1 pieces does not change the summary."""
-    directory = save_random_checkpoint(tmp_path / "reader", spm_dir, vocab_size, seed=5, max_len=16, read_first=10,
-                                       task="summarization")
+    directory = save_random_checkpoint(
+        tmp_path / "reader", spm_dir, vocab_size, seed=5, max_len=16, read_first=10, task="summarization"
+    )
     reader = Translator.load(directory, device="cpu")
     text, other = long_text(), long_text(60)
     pieces = reader.tokenizer.source_pieces(text)

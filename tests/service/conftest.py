@@ -30,10 +30,10 @@ REDIS_SERVER = shutil.which("redis-server")
 def models_dir(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Path:
     """Two tiny random models: en->de translation and en summarization."""
     d = tmp_path_factory.mktemp("models")
-    save_random_checkpoint(d / "tiny-en-de", spm_dir, SPM_VOCAB, seed=1, source_lang="en", target_lang="de",
-                           max_len=64)
-    save_random_checkpoint(d / "tiny-sum", spm_dir, SPM_VOCAB, seed=2, task="summarization", source_lang="en",
-                           target_lang="en")
+    save_random_checkpoint(d / "tiny-en-de", spm_dir, SPM_VOCAB, seed=1, source_lang="en", target_lang="de", max_len=64)
+    save_random_checkpoint(
+        d / "tiny-sum", spm_dir, SPM_VOCAB, seed=2, task="summarization", source_lang="en", target_lang="en"
+    )
     return d
 
 
@@ -86,6 +86,7 @@ def serve(models_dir: Path) -> Iterator[Callable[..., Server]]:
         if ready:
             server.wait_ready()
         return server
+
     yield start
     for s in servers:
         s.__exit__()
@@ -96,10 +97,20 @@ def heavy_dir(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Path:
     """Models whose answers are large or slow: `long` (tiny, 512 positions) and `slow` (the small preset's
     widths, 512 positions). Random weights: outputs run to their length limit."""
     d = tmp_path_factory.mktemp("heavy")
-    save_random_checkpoint(d / "long", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="xl",
-                           max_len=512)
-    save_random_checkpoint(d / "slow", spm_dir, SPM_VOCAB, seed=6, source_lang="en", target_lang="xs",
-                           max_len=512, N=3, d_model=256, d_ff=1024, h=4)
+    save_random_checkpoint(d / "long", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="xl", max_len=512)
+    save_random_checkpoint(
+        d / "slow",
+        spm_dir,
+        SPM_VOCAB,
+        seed=6,
+        source_lang="en",
+        target_lang="xs",
+        max_len=512,
+        N=3,
+        d_model=256,
+        d_ff=1024,
+        h=4,
+    )
     return d
 
 
@@ -112,6 +123,7 @@ def serve_heavy(heavy_dir: Path) -> Iterator[Callable[..., Server]]:
         servers.append(server)
         server.wait_ready()
         return server
+
     yield start
     for s in servers:
         s.__exit__()
@@ -129,9 +141,24 @@ class RedisServer:
 
     def start(self) -> None:
         assert REDIS_SERVER is not None
-        self.proc = subprocess.Popen([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.directory), *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                *self.args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis.from_url(self.url)
         wait_until(lambda: _pings(client), 10)
 
@@ -170,11 +197,18 @@ class Workers:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
-        environ = {**os.environ, "REDIS_URL": self.redis_url, "TRANSFORMER_MODELS_DIR": str(self.models_dir),
-                   "TRANSFORMER_WORKER_NAME": name, "TRANSFORMER_THREADS": "1", **env}
+        environ = {
+            **os.environ,
+            "REDIS_URL": self.redis_url,
+            "TRANSFORMER_MODELS_DIR": str(self.models_dir),
+            "TRANSFORMER_WORKER_NAME": name,
+            "TRANSFORMER_THREADS": "1",
+            **env,
+        }
         log = (self.log_dir / f"{name}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], env=environ, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker"], env=environ, stdout=log, stderr=subprocess.STDOUT
+        )
         self.procs[name] = proc
         return proc
 

@@ -90,8 +90,9 @@ def test_summarize(client: TestClient, models_dir: Path) -> None:
     doc = " ".join(make_sentences(3, seed=4))
     r = client.post("/summarize", json={"q": [doc], "min_length": 3, "no_repeat_ngram_size": 2, **SHORT})
     assert r.status_code == 200, r.text
-    want = Translator.load(models_dir / "tiny-sum").translate([doc], min_length=3, no_repeat_ngram_size=2,
-                                                              max_len_a=0.0, max_len_b=6)
+    want = Translator.load(models_dir / "tiny-sum").translate(
+        [doc], min_length=3, no_repeat_ngram_size=2, max_len_a=0.0, max_len_b=6
+    )
     assert r.json()["model"] == "tiny-sum" and r.json()["summaries"][0]["text"] == want[0].text
 
 
@@ -122,17 +123,26 @@ def test_attention_shapes_and_rows(client: TestClient) -> None:
     assert all(w == 0 for w in a["decoder"][0][0][0][1:])  # causal: the first target token sees only itself
 
 
-def test_attention_is_that_of_the_hypothesis_asked_for_under_every_option(client: TestClient,
-                                                                          translator: Translator) -> None:
+def test_attention_is_that_of_the_hypothesis_asked_for_under_every_option(
+    client: TestClient, translator: Translator
+) -> None:
     """/attention decodes as /translate does, with all its options, and its maps are those of the chosen
     hypothesis of the n-best list: the demo page draws them beside that very translation."""
-    opts = {"beam_size": 4, "n_best": 3, "length_penalty": 2.0, "length_penalty_form": "average",
-            "min_length": 2, "no_repeat_ngram_size": 2, "max_length": 7}
+    opts = {
+        "beam_size": 4,
+        "n_best": 3,
+        "length_penalty": 2.0,
+        "length_penalty_form": "average",
+        "min_length": 2,
+        "no_repeat_ngram_size": 2,
+        "max_length": 7,
+    }
     text = "kalo mine ruza vo sa"
     nbest = client.post("/translate", json={"q": text, **opts}).json()["translations"][0]
     want = [(nbest["text"], nbest["score"])] + [(h["text"], h["score"]) for h in nbest["alternatives"]]
-    cfg = translator.decoding_config(**{k: v for k, v in opts.items() if k != "max_length"}, max_len_a=0.0,
-                                     max_len_b=opts["max_length"])
+    cfg = translator.decoding_config(
+        **{k: v for k, v in opts.items() if k != "max_length"}, max_len_a=0.0, max_len_b=opts["max_length"]
+    )
     alone = translator.translate([text], cfg, return_attention=True)[0]  # every hypothesis with its maps
     for index in (0, 2):
         r = client.post("/attention", json={"q": text, "hypothesis": index, "kinds": ["cross"], **opts})
@@ -170,33 +180,51 @@ def test_jobs_progress_and_results(client: TestClient, translator: Translator) -
 LONG = "kalo mine ruza " * 40  # far more than the 64 tokens tiny-en-de takes
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status", "code", "words"), [
-    ("post", "/translate", {"q": ""}, 422, "invalid_request", ("q[0]", "empty")),
-    ("post", "/translate", {"q": ["ok", "   "]}, 422, "invalid_request", ("q[1]", "empty")),
-    ("post", "/translate", {"q": []}, 422, "invalid_request", ("q", "no texts")),
-    ("post", "/translate", {"q": ["a"] * 65}, 422, "invalid_request", ("65 texts", "64")),
-    ("post", "/translate", {"q": "a" * 5001}, 422, "invalid_request", ("q[0]", "5001 characters")),
-    ("post", "/translate", {"q": LONG}, 422, "invalid_request", ("q[0]", "limit of 64", "truncate")),
-    ("post", "/translate", {"q": "a", "beam_size": 9}, 422, "invalid_request", ("beam_size", "limit of 8")),
-    ("post", "/translate", {"q": "a", "beam_size": 0}, 422, "invalid_request", ("beam_size",)),
-    ("post", "/translate", {"q": "a", "beam_size": 2, "n_best": 3}, 422, "invalid_request", ("n_best",)),
-    ("post", "/translate", {"q": "a", "length_penalty_form": "x"}, 422, "invalid_request", ("length_penalty_form",)),
-    ("post", "/translate", {"q": 5}, 422, "invalid_request", ("q",)),
-    ("post", "/translate", {"text": "a"}, 422, "invalid_request", ("q", "text")),
-    ("post", "/translate", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope", "tiny-en-de")),
-    ("post", "/translate", {"q": "a", "source": "en", "target": "xx"}, 404, "model_not_found", ("xx", "tiny-en-de")),
-    ("post", "/translate", {"q": "a", "model": "tiny-sum"}, 422, "invalid_request", ("summarization",)),
-    ("post", "/summarize", {"q": "a", "model": "tiny-en-de"}, 422, "invalid_request", ("translation",)),
-    ("post", "/jobs", {"texts": []}, 422, "invalid_request", ("texts",)),
-    ("post", "/jobs", {"texts": ["a", ""]}, 422, "invalid_request", ("texts[1]", "empty")),
-    ("post", "/jobs", {"texts": ["a", LONG]}, 422, "invalid_request", ("texts[1]", "limit of 64")),
-    ("post", "/attention", {"q": ["a", "b"]}, 422, "invalid_request", ("q",)),
-    ("post", "/attention", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope",)),
-    ("get", "/nowhere", None, 404, "not_found", ()),
-    ("get", "/translate", None, 405, "method_not_allowed", ()),
-])
-def test_bad_requests(client: TestClient, method: str, path: str, body: Any, status: int, code: str,
-                      words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code", "words"),
+    [
+        ("post", "/translate", {"q": ""}, 422, "invalid_request", ("q[0]", "empty")),
+        ("post", "/translate", {"q": ["ok", "   "]}, 422, "invalid_request", ("q[1]", "empty")),
+        ("post", "/translate", {"q": []}, 422, "invalid_request", ("q", "no texts")),
+        ("post", "/translate", {"q": ["a"] * 65}, 422, "invalid_request", ("65 texts", "64")),
+        ("post", "/translate", {"q": "a" * 5001}, 422, "invalid_request", ("q[0]", "5001 characters")),
+        ("post", "/translate", {"q": LONG}, 422, "invalid_request", ("q[0]", "limit of 64", "truncate")),
+        ("post", "/translate", {"q": "a", "beam_size": 9}, 422, "invalid_request", ("beam_size", "limit of 8")),
+        ("post", "/translate", {"q": "a", "beam_size": 0}, 422, "invalid_request", ("beam_size",)),
+        ("post", "/translate", {"q": "a", "beam_size": 2, "n_best": 3}, 422, "invalid_request", ("n_best",)),
+        (
+            "post",
+            "/translate",
+            {"q": "a", "length_penalty_form": "x"},
+            422,
+            "invalid_request",
+            ("length_penalty_form",),
+        ),
+        ("post", "/translate", {"q": 5}, 422, "invalid_request", ("q",)),
+        ("post", "/translate", {"text": "a"}, 422, "invalid_request", ("q", "text")),
+        ("post", "/translate", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope", "tiny-en-de")),
+        (
+            "post",
+            "/translate",
+            {"q": "a", "source": "en", "target": "xx"},
+            404,
+            "model_not_found",
+            ("xx", "tiny-en-de"),
+        ),
+        ("post", "/translate", {"q": "a", "model": "tiny-sum"}, 422, "invalid_request", ("summarization",)),
+        ("post", "/summarize", {"q": "a", "model": "tiny-en-de"}, 422, "invalid_request", ("translation",)),
+        ("post", "/jobs", {"texts": []}, 422, "invalid_request", ("texts",)),
+        ("post", "/jobs", {"texts": ["a", ""]}, 422, "invalid_request", ("texts[1]", "empty")),
+        ("post", "/jobs", {"texts": ["a", LONG]}, 422, "invalid_request", ("texts[1]", "limit of 64")),
+        ("post", "/attention", {"q": ["a", "b"]}, 422, "invalid_request", ("q",)),
+        ("post", "/attention", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope",)),
+        ("get", "/nowhere", None, 404, "not_found", ()),
+        ("get", "/translate", None, 405, "method_not_allowed", ()),
+    ],
+)
+def test_bad_requests(
+    client: TestClient, method: str, path: str, body: Any, status: int, code: str, words: tuple[str, ...]
+) -> None:
     r = client.request(method.upper(), path, json=body)
     assert_error(r, status, code, *words)
 
@@ -221,8 +249,9 @@ def test_truncate_on_request(client: TestClient) -> None:
 def test_a_summarizer_that_reads_the_first_tokens_takes_any_length(tmp_path: Path, spm_dir: Path) -> None:
     """read_first: a document longer than the model's limit is summarized from its first tokens, without
     truncate, and /models says how many it reads."""
-    save_random_checkpoint(tmp_path / "reader", spm_dir, SPM_VOCAB, seed=2, task="summarization", max_len=16,
-                           read_first=12)
+    save_random_checkpoint(
+        tmp_path / "reader", spm_dir, SPM_VOCAB, seed=2, task="summarization", max_len=16, read_first=12
+    )
     c = ready_client(tmp_path)
     try:
         [entry] = c.get("/models").json()["models"]
@@ -279,6 +308,7 @@ def test_full_queue_answers_429(models_dir: Path) -> None:
 
 def test_broken_and_missing_models(tmp_path: Path, models_dir: Path) -> None:
     import shutil
+
     shutil.copytree(models_dir / "tiny-en-de", tmp_path / "good")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")
@@ -290,9 +320,10 @@ def test_broken_and_missing_models(tmp_path: Path, models_dir: Path) -> None:
     finally:
         c.__exit__(None, None, None)
 
-def test_without_models_the_service_says_so_and_waits_for_them(tmp_path: Path, models_dir: Path,
-                                                               monkeypatch: pytest.MonkeyPatch,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+
+def test_without_models_the_service_says_so_and_waits_for_them(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr("service.state.MODELS_POLL_S", 0.1)
     where = tmp_path / "models"
     with TestClient(create_app(ServiceSettings(models_dir=where))) as c:
@@ -329,9 +360,14 @@ def test_what_loading_made_is_out_of_the_collectors_reach_while_serving(models_d
 def test_metrics_and_openapi(client: TestClient) -> None:
     client.post("/translate", json={"q": ["kalo", "mine"], **SHORT})
     text = client.get("/metrics").text
-    for name in ("transformer_queue_depth", "transformer_batch_size_bucket", "transformer_generated_tokens_total",
-                 "transformer_decode_tokens_per_second", 'transformer_request_seconds_bucket{route="/translate"',
-                 'transformer_requests_total{route="/translate",status="200"}'):
+    for name in (
+        "transformer_queue_depth",
+        "transformer_batch_size_bucket",
+        "transformer_generated_tokens_total",
+        "transformer_decode_tokens_per_second",
+        'transformer_request_seconds_bucket{route="/translate"',
+        'transformer_requests_total{route="/translate",status="200"}',
+    ):
         assert name in text
     spec = client.get("/openapi.json").json()
     assert {"/translate", "/summarize", "/jobs", "/jobs/{job_id}", "/attention", "/models"} <= set(spec["paths"])
@@ -401,8 +437,9 @@ def test_every_endpoint_has_an_example_in_the_openapi_document(client: TestClien
     assert missing == []
 
 
-def test_a_models_own_decoding_options_apply_where_a_request_sets_none(models_dir: Path, tmp_path: Path,
-                                                                       translator: Translator) -> None:
+def test_a_models_own_decoding_options_apply_where_a_request_sets_none(
+    models_dir: Path, tmp_path: Path, translator: Translator
+) -> None:
     """CheckpointMeta.decoding (a recipe's `decoding`): a request's options override it one by one, and GET
     /models shows it."""
     from model.config import DecodingConfig

@@ -34,11 +34,28 @@ def client(models_dir: Path) -> Iterator[TestClient]:
     c.__exit__(None, None, None)
 
 
-def test_png_and_json_equal_the_api(models_dir: Path, tmp_path: Path, client: TestClient,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_png_and_json_equal_the_api(
+    models_dir: Path, tmp_path: Path, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
     png, out = tmp_path / "figs" / "cross.png", tmp_path / "cross.json"
-    code = main(["attention", "--model", str(models_dir / "tiny-en-de"), TEXT, "--png", str(png),
-                 "--json", str(out), "--max-length", "6", "--beam-size", "3", "--device", "cpu"])
+    code = main(
+        [
+            "attention",
+            "--model",
+            str(models_dir / "tiny-en-de"),
+            TEXT,
+            "--png",
+            str(png),
+            "--json",
+            str(out),
+            "--max-length",
+            "6",
+            "--beam-size",
+            "3",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     got = json.loads(out.read_text())
     printed = capsys.readouterr()
@@ -52,8 +69,12 @@ def test_png_and_json_equal_the_api(models_dir: Path, tmp_path: Path, client: Te
 
     S, T = len(got["source_tokens"]), len(got["target_tokens"])
     assert got["source_tokens"][-1] == "</s>" and got["target_tokens"][-1] == "</s>" and 1 < T <= 7
-    assert [len(got["cross"]), len(got["cross"][0]), len(got["cross"][0][0]), len(got["cross"][0][0][0])] \
-        == [2, 4, T, S]
+    assert [len(got["cross"]), len(got["cross"][0]), len(got["cross"][0][0]), len(got["cross"][0][0][0])] == [
+        2,
+        4,
+        T,
+        S,
+    ]
     assert [len(got["encoder"][0][0]), len(got["encoder"][0][0][0])] == [S, S]
     assert [len(got["decoder"][0][0]), len(got["decoder"][0][0][0])] == [T, T]
 
@@ -72,30 +93,67 @@ def test_png_and_json_equal_the_api(models_dir: Path, tmp_path: Path, client: Te
 
 def test_other_kinds_layers_and_heads(models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "dec.png"
-    assert main(["attention", "--model", str(models_dir / "tiny-en-de"), TEXT, "--png", str(png), "--kind",
-                 "decoder", "--layer", "0", "--head", "3", "--max-length", "6", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                "--model",
+                str(models_dir / "tiny-en-de"),
+                TEXT,
+                "--png",
+                str(png),
+                "--kind",
+                "decoder",
+                "--layer",
+                "0",
+                "--head",
+                "3",
+                "--max-length",
+                "6",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert "decoder attention, layer 0, head 3" in capsys.readouterr().err
     assert png_size(png)[0] >= 400
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--layer", "2"], ("layer 2 does not exist", "2 layers")),
-    (["--head", "4"], ("head 4 does not exist", "4 heads")),
-    (["--kind", "encoder", "--layer", "-3"], ("layer -3", "encoder attention has 2 layers")),
-])
-def test_bad_layer_or_head(models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                           args: list[str], words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--layer", "2"], ("layer 2 does not exist", "2 layers")),
+        (["--head", "4"], ("head 4 does not exist", "4 heads")),
+        (["--kind", "encoder", "--layer", "-3"], ("layer -3", "encoder attention has 2 layers")),
+    ],
+)
+def test_bad_layer_or_head(
+    models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: tuple[str, ...]
+) -> None:
     png = tmp_path / "x.png"
-    code = main(["attention", "--model", str(models_dir / "tiny-en-de"), TEXT, "--png", str(png),
-                 "--max-length", "6", "--device", "cpu", *args])
+    code = main(
+        [
+            "attention",
+            "--model",
+            str(models_dir / "tiny-en-de"),
+            TEXT,
+            "--png",
+            str(png),
+            "--max-length",
+            "6",
+            "--device",
+            "cpu",
+            *args,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert all(w in err for w in words), err
     assert not png.exists()
 
 
-def test_missing_model_and_too_long_input(models_dir: Path, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_model_and_too_long_input(models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "x.png"
     missing = tmp_path / "no-such-model"
     assert main(["attention", "--model", str(missing), TEXT, "--png", str(png), "--device", "cpu"]) == 2
@@ -103,8 +161,9 @@ def test_missing_model_and_too_long_input(models_dir: Path, tmp_path: Path,
     assert err == f"error: {missing}: no such checkpoint directory\n"
 
     long = "kalo mine ruza " * 40  # more than tiny-en-de's 64 tokens
-    assert main(["attention", "--model", str(models_dir / "tiny-en-de"), long, "--png", str(png),
-                 "--device", "cpu"]) == 2
+    assert (
+        main(["attention", "--model", str(models_dir / "tiny-en-de"), long, "--png", str(png), "--device", "cpu"]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: input 0 has") and "limit of 64" in err and err.count("\n") == 1, err
     assert not png.exists()
@@ -112,7 +171,17 @@ def test_missing_model_and_too_long_input(models_dir: Path, tmp_path: Path,
 
 def test_head_must_be_an_index_or_mean(models_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["attention", "--model", str(models_dir / "tiny-en-de"), TEXT, "--png", str(tmp_path / "x.png"),
-              "--head", "all"])
+        main(
+            [
+                "attention",
+                "--model",
+                str(models_dir / "tiny-en-de"),
+                TEXT,
+                "--png",
+                str(tmp_path / "x.png"),
+                "--head",
+                "all",
+            ]
+        )
     assert exit_.value.code == 2
     assert "expected a head index or 'mean'" in capsys.readouterr().err

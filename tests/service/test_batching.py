@@ -33,6 +33,7 @@ def under(budget: int) -> Callable[[Item], bool]:
         nonlocal used
         used += len(item.ids)
         return used <= budget
+
     return fits
 
 
@@ -112,7 +113,8 @@ def translator_options(options: dict[str, object]) -> dict[str, object]:
 
 
 def test_requests_with_any_options_joining_a_running_loop_equal_translator_alone(
-        serve: Callable[..., Server], models_dir: Path) -> None:
+    serve: Callable[..., Server], models_dir: Path
+) -> None:
     """Requests arrive while a job keeps the loop busy, each with its own options (several beam sizes); every
     answer equals Translator.translate alone, and each is answered while the job still runs."""
     server = serve(max_batch_size=6)
@@ -124,10 +126,13 @@ def test_requests_with_any_options_joining_a_running_loop_equal_translator_alone
 
     async def staggered() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+
             async def post(i: int) -> httpx.Response:
                 await asyncio.sleep(0.01 * i)  # arriving at different steps of the running loop
                 return await client.post("/translate", json=bodies[i])
+
             return await asyncio.gather(*(post(i) for i in range(len(bodies))))
+
     responses = asyncio.run(staggered())
     assert httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "running", "the job should outlast them"
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
@@ -147,4 +152,3 @@ def test_requests_with_any_options_joining_a_running_loop_equal_translator_alone
     # another path. (In float64, tests/model/test_continuous.py shows every text equal to 1e-9.)
     differ = sum(res["text"] != want.text for res, want in zip(page["results"], alone, strict=True))
     assert differ <= len(alone) // 50, f"{differ} of {len(alone)} job texts differ from alone"
-

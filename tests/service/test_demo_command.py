@@ -17,8 +17,12 @@ ROOT = Path(__file__).parents[2]
 
 
 def start_demo(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "service.cli", "demo", "--config", str(config), "--port",
-                             str(port)], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "demo", "--config", str(config), "--port", str(port)],
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def ready(url: str) -> bool:
@@ -31,8 +35,9 @@ def ready(url: str) -> bool:
 def test_demo_trains_then_serves_then_reuses(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     config = tmp_path / "demo.json"  # JSON is YAML too
-    config.write_text(json.dumps(settings(run_dir, copy_corpus(tmp_path / "copy.jsonl", n=600), max_steps=30,
-                                          progress=True)))
+    config.write_text(
+        json.dumps(settings(run_dir, copy_corpus(tmp_path / "copy.jsonl", n=600), max_steps=30, progress=True))
+    )
     for attempt in ("first", "second"):
         port = free_port()
         url = f"http://127.0.0.1:{port}"

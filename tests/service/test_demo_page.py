@@ -50,8 +50,10 @@ class Session:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: the demo page tests need Debian's Chromium; "
-                    "install it with `apt-get install -y chromium`")
+        pytest.fail(
+            f"{CHROMIUM} is missing: the demo page tests need Debian's Chromium; "
+            "install it with `apt-get install -y chromium`"
+        )
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM))
         yield b
@@ -97,8 +99,11 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def pixel(page: Page, x: float, y: float) -> tuple[int, int, int]:
-    rgb = page.evaluate("([x, y]) => Array.from(document.querySelector('#heatmap-canvas').getContext('2d')"
-                        ".getImageData(x, y, 1, 1).data.slice(0, 3))", [x, y])
+    rgb = page.evaluate(
+        "([x, y]) => Array.from(document.querySelector('#heatmap-canvas').getContext('2d')"
+        ".getImageData(x, y, 1, 1).data.slice(0, 3))",
+        [x, y],
+    )
     return (int(rgb[0]), int(rgb[1]), int(rgb[2]))
 
 
@@ -109,8 +114,10 @@ def heatmap_shape(page: Page) -> tuple[int, int]:
 
 def shown(tokens: list[str]) -> list[str]:
     """Pieces as the page shows them: no ▁ before a word's first piece, a · before the pieces that continue it."""
-    return [t if t.startswith("<") or t == "(start)" else t[1:] or "\u2423" if t.startswith("\u2581") else "\u00b7" + t
-            for t in tokens]
+    return [
+        t if t.startswith("<") or t == "(start)" else t[1:] or "\u2423" if t.startswith("\u2581") else "\u00b7" + t
+        for t in tokens
+    ]
 
 
 def titles(page: Page, selector: str) -> list[str]:
@@ -195,16 +202,18 @@ def test_translate_attention_hover_and_exports(session: Session) -> None:
     expect(lines).to_be_visible()
     expect(page.get_by_test_id("heatmap")).to_be_hidden()
     expect(lines.locator("text.token")).to_have_count(S + T)
-    opacities = [float(o) for o in lines.locator("line").evaluate_all(
-        "els => els.map(e => e.getAttribute('stroke-opacity'))")]
+    opacities = [
+        float(o) for o in lines.locator("line").evaluate_all("els => els.map(e => e.getAttribute('stroke-opacity'))")
+    ]
     assert opacities and max(opacities) == 1.0 and all(0 < o <= 1 for o in opacities)
     page.get_by_test_id("view-matrix").check()
 
     with page.expect_download() as download:
         page.get_by_test_id("export-json").click()
     exported = json.loads(Path(download.value.path()).read_text())
-    assert {k: exported[k] for k in ("model", "text", "source_tokens", "target_tokens")} == \
-        {k: attention[k] for k in ("model", "text", "source_tokens", "target_tokens")}
+    assert {k: exported[k] for k in ("model", "text", "source_tokens", "target_tokens")} == {
+        k: attention[k] for k in ("model", "text", "source_tokens", "target_tokens")
+    }
     np.testing.assert_allclose(np.array(exported["cross"]), np.array(attention["cross"]), atol=1.01e-3)
     with page.expect_download() as download:
         page.get_by_test_id("export-png").click()
@@ -213,8 +222,9 @@ def test_translate_attention_hover_and_exports(session: Session) -> None:
     assert width > 2 * S * 16 and height > 2 * T * 16  # drawn at twice the size, with labels around
 
     origin = session.server.url + "/"
-    assert session.requests and all(u.startswith((origin, "blob:" + origin)) for u in session.requests), \
+    assert session.requests and all(u.startswith((origin, "blob:" + origin)) for u in session.requests), (
         session.requests
+    )
     assert not session.errors and not session.console_errors and not session.dialogs
 
 
@@ -302,8 +312,14 @@ def test_the_attention_is_that_of_the_translation_shown_and_of_the_hypothesis_pi
     """With non-default options (length penalty 2, min length, no-repeat, n-best 4), the text, score and n-best
     list shown equal /translate's, and the heatmap is the attention of the hypothesis picked in the list."""
     page = session.page
-    opts = {"beam_size": 4, "n_best": 4, "max_length": 7, "length_penalty": 2.0, "min_length": 3,
-            "no_repeat_ngram_size": 2}
+    opts = {
+        "beam_size": 4,
+        "n_best": 4,
+        "max_length": 7,
+        "length_penalty": 2.0,
+        "min_length": 3,
+        "no_repeat_ngram_size": 2,
+    }
     page.locator("#options summary").click()
     page.get_by_test_id("length-penalty").fill("2")
     page.get_by_test_id("min-length").fill("3")
@@ -315,8 +331,9 @@ def test_the_attention_is_that_of_the_translation_shown_and_of_the_hypothesis_pi
     expect(page.get_by_test_id("best-text")).to_have_text(want["text"])
     items = page.get_by_test_id("nbest-item")
     expect(items).to_have_count(len(nbest))
-    assert [float(items.nth(i).get_attribute("data-score") or "nan") for i in range(len(nbest))] == \
-        [score for _, score in nbest]
+    assert [float(items.nth(i).get_attribute("data-score") or "nan") for i in range(len(nbest))] == [
+        score for _, score in nbest
+    ]
     for index in (0, 2):
         if index:
             page.get_by_test_id("nbest-pick").nth(index).click()
@@ -408,16 +425,18 @@ def test_tokens_read_as_words_and_words_mode_merges_pieces(session: Session) -> 
 def long_server(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[Server]:
     """A tiny model that takes 1024 tokens, and a server that answers attention maps that large."""
     models = tmp_path_factory.mktemp("long-models")
-    save_random_checkpoint(models / "long-1024", spm_dir, SPM_VOCAB, seed=8, source_lang="en", target_lang="xl",
-                           max_len=1024)
+    save_random_checkpoint(
+        models / "long-1024", spm_dir, SPM_VOCAB, seed=8, source_lang="en", target_lang="xl", max_len=1024
+    )
     server = Server(ServiceSettings(models_dir=models, max_attention_cells=12_000_000)).__enter__()
     server.wait_ready()
     yield server
     server.__exit__()
 
 
-def test_a_1024_token_input_on_a_2x_screen_stays_drawn_and_labelled(browser: Browser, long_server: Server,
-                                                                    spm_dir: Path) -> None:
+def test_a_1024_token_input_on_a_2x_screen_stays_drawn_and_labelled(
+    browser: Browser, long_server: Server, spm_dir: Path
+) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 800}, device_scale_factor=2)
     page = context.new_page()
     page.set_default_timeout(120_000)
@@ -434,12 +453,15 @@ def test_a_1024_token_input_on_a_2x_screen_stays_drawn_and_labelled(browser: Bro
     page.get_by_test_id("kind-encoder").check()
     rows, cols = heatmap_shape(page)
     assert 1000 <= rows == cols <= 1024
-    size = page.evaluate("() => { const c = document.querySelector('#heatmap-canvas'); "
-                         "return [c.width, c.height, parseFloat(c.style.width)]; }")
+    size = page.evaluate(
+        "() => { const c = document.querySelector('#heatmap-canvas'); "
+        "return [c.width, c.height, parseFloat(c.style.width)]; }"
+    )
     assert size[2] == cols * 14  # CSS pixels: 14 px cells (about 14,300 px), at 2 device pixels each ...
     assert size[0] <= 16384 and size[0] * size[1] <= 1 << 26  # ... would be a 28,672-px canvas: refused
-    alpha = page.evaluate("() => document.querySelector('#heatmap-canvas').getContext('2d')"
-                          ".getImageData(100, 100, 1, 1).data[3]")
+    alpha = page.evaluate(
+        "() => document.querySelector('#heatmap-canvas').getContext('2d').getImageData(100, 100, 1, 1).data[3]"
+    )
     assert alpha == 255, "the canvas is drawn"
 
     scroller = page.locator(".heatmap-scroll")
@@ -494,8 +516,9 @@ LOW_CONTRAST = """() => {
 
 def test_phone_tap_pins_a_value_and_labels_stay_in_view(browser: Browser, serve: Callable[..., Server]) -> None:
     server = serve()
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=3, is_mobile=True,
-                                  has_touch=True)
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=3, is_mobile=True, has_touch=True
+    )
     page = context.new_page()
     page.goto(f"{server.url}/")
     run_in_page(page, TEXT, max_length=8)
@@ -545,8 +568,7 @@ def test_keyboard_reaches_cells_and_screen_readers_get_values_a_table_and_the_re
     expect(table).to_be_visible()
     assert table.locator("thead th").all_text_contents()[1:] == m["cols"]
     assert table.locator("tbody th").all_text_contents() == m["rows"]
-    assert table.locator("tbody tr").nth(1).locator("td").all_text_contents() == \
-        [f"{w:.3f}" for w in m["weights"][1]]
+    assert table.locator("tbody tr").nth(1).locator("td").all_text_contents() == [f"{w:.3f}" for w in m["weights"][1]]
     low = page.evaluate(LOW_CONTRAST)
     assert low == [], "\n".join(low)
     page.screenshot(path=str(ARTIFACTS / "demo-page-table.png"), full_page=True)

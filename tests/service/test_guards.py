@@ -19,16 +19,19 @@ def values(text: str) -> int:
     return next(n for n in range(10_000) if not too_many_values(text.encode(), n))
 
 
-@pytest.mark.parametrize(("text", "expected"), [  # the larger of: strings; commas, brackets, braces
-    ('{"q": "a"}', 2),  # two strings
-    ('{"q": ["a", "b", "c"]}', 4),  # four strings; brace, bracket, two commas
-    ('{"q": "a, [b], {c}"}', 2),  # separators inside a string do not count
-    ('{"q": "say \\"x, y\\"", "n": [1, 2]}', 4),  # nor behind escaped quotes
-    ('{"q": "a\\\\", "n": [1, 2]}', 4),  # an escaped backslash ends the string
-    ('{"q": "a\\\\\\"[,,,]"}', 2),  # a backslash, then an escaped quote
-    ("[" + ",".join(["1"] * 500) + "]", 500),
-    ('["' + '","'.join(["x"] * 300) + '"]', 300),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [  # the larger of: strings; commas, brackets, braces
+        ('{"q": "a"}', 2),  # two strings
+        ('{"q": ["a", "b", "c"]}', 4),  # four strings; brace, bracket, two commas
+        ('{"q": "a, [b], {c}"}', 2),  # separators inside a string do not count
+        ('{"q": "say \\"x, y\\"", "n": [1, 2]}', 4),  # nor behind escaped quotes
+        ('{"q": "a\\\\", "n": [1, 2]}', 4),  # an escaped backslash ends the string
+        ('{"q": "a\\\\\\"[,,,]"}', 2),  # a backslash, then an escaped quote
+        ("[" + ",".join(["1"] * 500) + "]", 500),
+        ('["' + '","'.join(["x"] * 300) + '"]', 300),
+    ],
+)
 def test_json_values_are_counted_outside_strings(text: str, expected: int) -> None:
     json.loads(text)  # valid JSON
     assert values(text) == expected
@@ -63,9 +66,15 @@ def test_token_bucket_refills_at_its_rate() -> None:
     assert wait == 0.0 and bucket.tokens == pytest.approx(0.0)
 
 
-@pytest.mark.parametrize(("host", "name"), [
-    ("example.org", "example.org"), ("Example.ORG:8000", "example.org"), ("[::1]:8000", "::1"), ("::1", "::1"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("host", "name"),
+    [
+        ("example.org", "example.org"),
+        ("Example.ORG:8000", "example.org"),
+        ("[::1]:8000", "::1"),
+        ("::1", "::1"),
+        ("", ""),
+    ],
+)
 def test_host_names(host: str, name: str) -> None:
     assert host_name(host) == name

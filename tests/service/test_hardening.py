@@ -35,8 +35,10 @@ def send_chunked(port: int, path: str, headers: dict[str, str], total: int, chun
     status line and the bytes sent by then."""
     sock = socket.create_connection(("127.0.0.1", port))
     lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                 f"Transfer-Encoding: chunked\r\n{lines}\r\n".encode())
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Transfer-Encoding: chunked\r\n{lines}\r\n".encode()
+    )
     data = b'{"q": "' + b"a" * (chunk - 7)
     piece = f"{len(data):x}\r\n".encode() + data + b"\r\n"
     sent = 0
@@ -60,6 +62,7 @@ def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
 
 
 # -- 1. answered results are not kept; /attention is capped and rounded ---------------------------------
+
 
 def test_answers_are_forgotten_and_memory_stays_bounded(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy()
@@ -105,15 +108,26 @@ def test_attention_over_its_cell_limit_is_refused_and_can_be_narrowed(serve_heav
 def test_costly_requests_are_refused_naming_the_limit(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy()
     texts = [LONG_TEXT] * 16
-    err = error_of(httpx.post(f"{server.url}/translate", json={"q": texts, "model": "long", "truncate": True,
-                                                               "beam_size": 8}, timeout=60), 413)
+    err = error_of(
+        httpx.post(
+            f"{server.url}/translate", json={"q": texts, "model": "long", "truncate": True, "beam_size": 8}, timeout=60
+        ),
+        413,
+    )
     assert err["code"] == "too_costly" and "TRANSFORMER_MAX_REQUEST_COST" in err["message"]
-    err = error_of(httpx.post(f"{server.url}/jobs", json={"texts": texts * 100, "model": "long", "truncate": True,
-                                                          "beam_size": 8}, timeout=60), 413)
+    err = error_of(
+        httpx.post(
+            f"{server.url}/jobs",
+            json={"texts": texts * 100, "model": "long", "truncate": True, "beam_size": 8},
+            timeout=60,
+        ),
+        413,
+    )
     assert "TRANSFORMER_MAX_JOB_COST" in err["message"]
 
 
 # -- 3. bodies: every transfer encoding, keys before bodies -----------------------------------------
+
 
 def test_chunked_bodies_are_limited_and_keys_checked_before_reading(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(api_keys=KEY_A)
@@ -141,6 +155,7 @@ def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Ca
                 assert client.get("/healthz").status_code == 200
                 worst.append(time.perf_counter() - start)
                 time.sleep(0.01)
+
     prober = threading.Thread(target=probe)
     prober.start()
     try:
@@ -159,6 +174,7 @@ def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Ca
 
 
 # -- 5. deadlines and cancellation ------------------------------------------------------------------------
+
 
 def test_no_work_after_a_504(serve_heavy: Callable[..., Server], heavy_dir: Path) -> None:
     server = serve_heavy(request_timeout_s=1.0, max_request_cost=10**12)
@@ -181,8 +197,10 @@ def post_and_hang_up(port: int, body: dict[str, Any], until: Callable[[], bool])
     connection without reading the answer: a closed browser tab, a proxy's own timeout."""
     data = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        sock.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(data) + data
+        )
         wait_until(until, 60, 0.05)
 
 
@@ -206,8 +224,7 @@ def test_a_client_that_hangs_up_cancels_its_request(serve_heavy: Callable[..., S
 def test_a_cancelled_job_stops(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(max_job_cost=10**12, max_batch_size=4, api_keys=f"{KEY_A},{KEY_B}")
     texts = make_sentences(64, seed=33, min_words=20, max_words=25)
-    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300},
-                     headers=A).json()
+    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300}, headers=A).json()
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "running", 60)
     metrics = httpx.get(f"{server.url}/metrics").text
     assert "transformer_in_flight_tasks 1" in metrics and "transformer_in_flight_texts 64" in metrics
@@ -224,14 +241,18 @@ def test_a_cancelled_job_stops(serve_heavy: Callable[..., Server]) -> None:
 
 # -- 7. invalid Unicode ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/translate", '{"q": "ok \\ud800"}', "q"),
-    ("/translate", '{"q": ["fine", "\\udfff x"]}', "q.1"),
-    ("/translate", '{"q": "ok", "source": "\\ud800"}', "source"),
-    ("/translate", '{"q": "ok", "target": "de\\udc00"}', "target"),
-    ("/jobs", '{"texts": ["a", "\\ud83d"]}', "texts.1"),
-    ("/attention", '{"q": "\\ud800"}', "q"),
-])
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/translate", '{"q": "ok \\ud800"}', "q"),
+        ("/translate", '{"q": ["fine", "\\udfff x"]}', "q.1"),
+        ("/translate", '{"q": "ok", "source": "\\ud800"}', "source"),
+        ("/translate", '{"q": "ok", "target": "de\\udc00"}', "target"),
+        ("/jobs", '{"texts": ["a", "\\ud83d"]}', "texts.1"),
+        ("/attention", '{"q": "\\ud800"}', "q"),
+    ],
+)
 def test_lone_surrogates_get_422(serve_heavy: Callable[..., Server], path: str, body: str, field: str) -> None:
     server = serve_heavy()
     r = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"content-type": "application/json"})
@@ -242,10 +263,12 @@ def test_lone_surrogates_get_422(serve_heavy: Callable[..., Server], path: str, 
 
 # -- 8. ownership, rate limits, failed keys -----------------------------------------------------------------
 
+
 def test_jobs_belong_to_their_key(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(api_keys=f"{KEY_A},{KEY_B}")
-    job = httpx.post(f"{server.url}/jobs", json={"texts": ["kalo", "mine"], "model": "long", "max_length": 3},
-                     headers=A).json()
+    job = httpx.post(
+        f"{server.url}/jobs", json={"texts": ["kalo", "mine"], "model": "long", "max_length": 3}, headers=A
+    ).json()
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "done", 60)
     assert error_of(httpx.get(f"{server.url}/jobs/{job['id']}", headers=B), 404)["code"] == "not_found"
     page = httpx.get(f"{server.url}/jobs/{job['id']}?offset=1&limit=1", headers=A).json()
@@ -277,6 +300,7 @@ def test_short_keys_are_refused_at_start() -> None:
 
 
 # -- 9. headers, hosts, operations behind a key --------------------------------------------------------
+
 
 def test_security_headers_hosts_and_operations_behind_a_key(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(api_keys=KEY_A, ops_need_key=True, allowed_hosts="example.org,*.example.com")

@@ -49,28 +49,45 @@ def test_documented_request_shapes(server: Server, models_dir: Path) -> None:
     auth = {"Authorization": f"Bearer {KEY}"}
     tr = translator(models_dir)
     # JSON with api_key in the body, a list of texts, and alternatives.
-    r = httpx.post(f"{server.url}/translate", json={"q": [TEXT, "vo sa"], "source": "en", "target": "de",
-                                                     "format": "text", "alternatives": 2, "api_key": KEY, **SHORT})
+    r = httpx.post(
+        f"{server.url}/translate",
+        json={
+            "q": [TEXT, "vo sa"],
+            "source": "en",
+            "target": "de",
+            "format": "text",
+            "alternatives": 2,
+            "api_key": KEY,
+            **SHORT,
+        },
+    )
     assert r.status_code == 200, r.text
     want = tr.translate([TEXT, "vo sa"], beam_size=4, n_best=3, max_len_a=0.0, max_len_b=6)
     assert r.json()["translatedText"] == [t.text for t in want]
     assert r.json()["alternatives"] == [[h.text for h in t.hypotheses[1:]] for t in want]
-    assert "alternatives" not in httpx.post(f"{server.url}/translate", json={"q": TEXT, **SHORT},
-                                            headers=auth).json()
+    assert "alternatives" not in httpx.post(f"{server.url}/translate", json={"q": TEXT, **SHORT}, headers=auth).json()
     # A form body repeating q for a list.
-    r = httpx.post(f"{server.url}/translate", content=f"q={TEXT}&q=vo+sa&source=en&target=de&max_length=6".encode(),
-                   headers={**auth, "Content-Type": "application/x-www-form-urlencoded"})
+    r = httpx.post(
+        f"{server.url}/translate",
+        content=f"q={TEXT}&q=vo+sa&source=en&target=de&max_length=6".encode(),
+        headers={**auth, "Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == [t.text for t in tr.translate([TEXT, "vo sa"], max_len_a=0.0, max_len_b=6)]
     # format html: the text between tags is translated, the markup kept as it was.
     page = '<p class="x">kalo mine &amp; ruza</p>\n<!-- vo sa --><script>vo("sa")</script><b> vo </b>'
-    r = httpx.post(f"{server.url}/translate", json={"q": page, "source": "en", "target": "de", "format": "html",
-                                                     **SHORT}, headers=auth)
+    r = httpx.post(
+        f"{server.url}/translate",
+        json={"q": page, "source": "en", "target": "de", "format": "html", **SHORT},
+        headers=auth,
+    )
     assert r.status_code == 200, r.text
     one, two = (t.text for t in tr.translate(["kalo mine & ruza", "vo"], max_len_a=0.0, max_len_b=6))
     escaped = one.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    assert r.json()["translatedText"] == \
-        f'<p class="x">{escaped}</p>\n<!-- vo sa --><script>vo("sa")</script><b> {two} </b>'
+    assert (
+        r.json()["translatedText"]
+        == f'<p class="x">{escaped}</p>\n<!-- vo sa --><script>vo("sa")</script><b> {two} </b>'
+    )
     # The key is still needed, in the header or the body.
     assert httpx.post(f"{server.url}/translate", json={"q": TEXT}).status_code == 401
     assert httpx.post(f"{server.url}/translate", json={"q": TEXT, "api_key": "nope-nope-nope-nope"}).status_code == 401
@@ -82,13 +99,15 @@ def test_documented_request_shapes(server: Server, models_dir: Path) -> None:
 @pytest.fixture
 def two_sources(tmp_path: Path, models_dir: Path, spm_dir: Path) -> Path:
     shutil.copytree(models_dir / "tiny-en-de", tmp_path / "tiny-en-de")
-    save_random_checkpoint(tmp_path / "tiny-fr-de", spm_dir, SPM_VOCAB, seed=4, source_lang="fr", target_lang="de",
-                           max_len=64)
+    save_random_checkpoint(
+        tmp_path / "tiny-fr-de", spm_dir, SPM_VOCAB, seed=4, source_lang="fr", target_lang="de", max_len=64
+    )
     return tmp_path
 
 
-def test_source_auto_picks_the_one_model_for_the_target_or_lists_them(serve: Callable[..., Server],
-                                                                       two_sources: Path) -> None:
+def test_source_auto_picks_the_one_model_for_the_target_or_lists_them(
+    serve: Callable[..., Server], two_sources: Path
+) -> None:
     server = serve()
     r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "de", **SHORT})
     assert r.status_code == 200 and r.json()["model"] == "tiny-en-de"  # models_dir: one model into de
@@ -102,7 +121,9 @@ def test_source_auto_picks_the_one_model_for_the_target_or_lists_them(serve: Cal
         r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "xx"})
         assert r.status_code == 404
         languages = httpx.get(f"{server.url}/languages").json()
-        assert languages == [{"code": "en", "name": "English", "targets": ["de"]},
-                             {"code": "fr", "name": "French", "targets": ["de"]}]
+        assert languages == [
+            {"code": "en", "name": "English", "targets": ["de"]},
+            {"code": "fr", "name": "French", "targets": ["de"]},
+        ]
     finally:
         server.__exit__()

@@ -18,8 +18,12 @@ from tests.service.conftest import free_port
 def test_request_ids_and_json_log_lines(models_dir: Path, tmp_path: Path) -> None:
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
-    env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models_dir), "TRANSFORMER_PORT": str(port),
-           "TRANSFORMER_LOG_FORMAT": "json"}
+    env = {
+        **os.environ,
+        "TRANSFORMER_MODELS_DIR": str(models_dir),
+        "TRANSFORMER_PORT": str(port),
+        "TRANSFORMER_LOG_FORMAT": "json",
+    }
     env.pop("REDIS_URL", None)
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stderr=log, stdout=log)
     url = f"http://127.0.0.1:{port}"

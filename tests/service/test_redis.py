@@ -42,8 +42,9 @@ def wait_workers(r: RedisServer, n: int) -> None:
     wait_until(lambda: len(client.keys(Keys().workers_pattern())) >= n, timeout=60, every=0.2)
 
 
-def test_concurrent_requests_through_two_workers(serve: Callable[..., Server], redis_server: RedisServer,
-                                                 workers: Workers, translator: Translator) -> None:
+def test_concurrent_requests_through_two_workers(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
     server = serve(redis_url=redis_server.url)
     workers.start("w1")
     workers.start("w2")
@@ -66,9 +67,9 @@ def test_concurrent_requests_through_two_workers(serve: Callable[..., Server], r
         assert client.keys(pattern) == []
 
 
-def test_requests_waiting_beyond_the_connection_pool_are_all_answered(serve: Callable[..., Server],
-                                                                      redis_server: RedisServer, workers: Workers,
-                                                                      translator: Translator) -> None:
+def test_requests_waiting_beyond_the_connection_pool_are_all_answered(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
     """A waiting request used to hold a Redis connection of its own (BLPOP), so past the pool's 100 connections,
     requests the queue had room for were answered 503 "unreachable". Now one listener per API process wakes
     them: 300 requests wait queued (no worker yet) on a few connections, then are all answered."""
@@ -84,17 +85,23 @@ def test_requests_waiting_beyond_the_connection_pool_are_all_answered(serve: Cal
             connected = int(client.info("clients")["connected_clients"])
             workers.start("w")
             return connected, await sent
+
     connected, responses = asyncio.run(scenario())
     refused = [r.text for r in responses if r.status_code != 200]
     assert not refused, f"{len(refused)} refused: {refused[:3]}"
-    assert [r.json()["translatedText"] for r in responses] == \
-        [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+    assert [r.json()["translatedText"] for r in responses] == [
+        translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts
+    ]
     assert connected <= redis_queue.MAX_CONNECTIONS + 2  # the API's pool, its listener, this test's client
 
 
-def test_a_request_is_woken_by_its_notification(serve: Callable[..., Server], redis_server: RedisServer,
-                                                workers: Workers, translator: Translator,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_is_woken_by_its_notification(
+    serve: Callable[..., Server],
+    redis_server: RedisServer,
+    workers: Workers,
+    translator: Translator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With the fallback look pushed past the request timeout, only the published id can wake the waiter."""
     monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 3600.0)
     server = serve(redis_url=redis_server.url, request_timeout_s=30)
@@ -103,13 +110,14 @@ def test_a_request_is_woken_by_its_notification(serve: Callable[..., Server], re
     texts = make_sentences(5, seed=27)
     responses = asyncio.run(post_all(server.url, texts, max_length=8))
     assert [r.status_code for r in responses] == [200] * 5, [r.text for r in responses]
-    assert [r.json()["translatedText"] for r in responses] == \
-        [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+    assert [r.json()["translatedText"] for r in responses] == [
+        translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts
+    ]
 
 
-def test_a_request_whose_notification_is_lost_is_answered_all_the_same(serve: Callable[..., Server],
-                                                                       redis_server: RedisServer,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_whose_notification_is_lost_is_answered_all_the_same(
+    serve: Callable[..., Server], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pub/sub delivers at most once (a listener that reconnects misses what was published meanwhile; a worker of
     the release before publishes nothing): a waiter also looks at its task every ANSWER_POLL_S."""
     monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 0.2)
@@ -125,8 +133,10 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(serve: Ca
             answer = Output([Hyp("Hallo Welt", -1.5, ["Hallo", "Welt"])]).to_json()
             client.register_script(redis_scripts.FINISH)(
                 keys=[k.job(task.id), k.results(task.id), k.stream],
-                args=["done", "", "failed", 1, 60, k.group, "", "", task.id, answer])  # no channel: no notification
+                args=["done", "", "failed", 1, 60, k.group, "", "", task.id, answer],
+            )  # no channel: no notification
             return await pending
+
     r = asyncio.run(scenario())
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == "Hallo Welt"
@@ -139,9 +149,9 @@ def script_calls(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for name, v in stats.items() if name.startswith(("cmdstat_eval", "cmdstat_fcall")))
 
 
-def test_many_waiting_requests_look_at_their_tasks_within_a_budget(serve: Callable[..., Server],
-                                                                   redis_server: RedisServer,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_waiting_requests_look_at_their_tasks_within_a_budget(
+    serve: Callable[..., Server], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each waiter also looks at its task unwoken, in case its notification was lost; when many wait (a deep
     queue, no worker keeping up), they used to look ANSWER_POLL_S apart each, a script call per waiter, on the
     API's CPU and Redis's; now all of them together look at most ANSWER_POLLS_PER_S times a second."""
@@ -163,6 +173,7 @@ def test_many_waiting_requests_look_at_their_tasks_within_a_budget(serve: Callab
                 f.cancel()
             await asyncio.gather(*sent, return_exceptions=True)
             return rate
+
     rate = asyncio.run(scenario())
     assert rate <= 2 * redis_queue.ANSWER_POLLS_PER_S, f"{rate:.0f} script calls a second while {n} requests wait"
 
@@ -200,13 +211,14 @@ def test_every_queued_request_whose_client_hangs_up_is_cancelled(models_dir: Pat
         finally:
             server.should_exit = True
             await asyncio.wait_for(serving, 30)  # no request left behind for the server to wait on
+
     metrics = asyncio.run(scenario())
     assert f'transformer_requests_total{{route="/translate",status="499"}} {n}' in metrics
 
 
-def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(serve_heavy: Callable[..., Server],
-                                                                    redis_server: RedisServer, heavy_dir: Path,
-                                                                    tmp_path: Path) -> None:
+def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(
+    serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_dir: Path, tmp_path: Path
+) -> None:
     """The API cancels the task of a client that went away; the worker holding it lets go at its next heartbeat."""
     server = serve_heavy(redis_url=redis_server.url, max_request_cost=10**12)
     w = Workers(heavy_dir, redis_server.url, tmp_path)
@@ -220,6 +232,7 @@ def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(serve_heavy: 
         def running() -> bool:
             jobs = client.keys(k.job("*"))
             return len(jobs) == 1 and client.hget(jobs[0], "status") == b"running"
+
         post_and_hang_up(server.port, heavy, running)
         wait_until(lambda: client.xlen(k.stream) == 0, 30, 0.05)  # dropped: acknowledged and deleted, unanswered
         [job] = client.keys(k.job("*"))
@@ -235,8 +248,9 @@ def running_on(redis_server: RedisServer, job_id: str) -> str | None:
     return worker.decode() if status == b"running" and worker else None
 
 
-def test_worker_killed_mid_batch(serve: Callable[..., Server], redis_server: RedisServer, workers: Workers,
-                                 translator: Translator) -> None:
+def test_worker_killed_mid_batch(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
     server = serve(redis_url=redis_server.url)
     doomed = workers.start("doomed", TRANSFORMER_MAX_BATCH_SIZE="4", **FAST_RECLAIM)
     wait_workers(redis_server, 1)
@@ -251,20 +265,24 @@ def test_worker_killed_mid_batch(serve: Callable[..., Server], redis_server: Red
         doomed.wait()
         workers.start("rescuer", **FAST_RECLAIM)
         return await requests
+
     responses = asyncio.run(scenario())
     assert [r.status_code for r in responses] == [200] * 6
-    assert [r.json()["translatedText"] for r in responses] == \
-        [translator.translate([t], max_len_a=0.0, max_len_b=40)[0].text for t in sync_texts]
+    assert [r.json()["translatedText"] for r in responses] == [
+        translator.translate([t], max_len_a=0.0, max_len_b=40)[0].text for t in sync_texts
+    ]
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 120, 0.2)
     done = httpx.get(f"{server.url}/jobs/{job['id']}").json()
-    assert [o["text"] for o in done["results"]] == \
-        [t.text for t in translator.translate(texts, max_len_a=0.0, max_len_b=40)]
+    assert [o["text"] for o in done["results"]] == [
+        t.text for t in translator.translate(texts, max_len_a=0.0, max_len_b=40)
+    ]
     assert redis_server.client().hget(Keys().job(job["id"]), "worker") == b"rescuer"
     assert redis_server.client().xlen(Keys().stream) == 0
 
 
-def test_task_that_kills_workers_fails_with_reason(serve: Callable[..., Server], redis_server: RedisServer,
-                                                   workers: Workers) -> None:
+def test_task_that_kills_workers_fails_with_reason(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers
+) -> None:
     server = serve(redis_url=redis_server.url)
     env = {**FAST_RECLAIM, "TRANSFORMER_MAX_DELIVERIES": "1", "TRANSFORMER_MAX_BATCH_SIZE": "2"}
     first = workers.start("first", **env)
@@ -281,8 +299,9 @@ def test_task_that_kills_workers_fails_with_reason(serve: Callable[..., Server],
     assert len(dead) == 1 and b"delivered 2 times" in dead[0][1][b"reason"]
 
 
-def test_redis_restart_under_load(serve: Callable[..., Server], redis_server: RedisServer, workers: Workers,
-                                  translator: Translator) -> None:
+def test_redis_restart_under_load(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
     server = serve(redis_url=redis_server.url, request_timeout_s=30)
     workers.start("w", TRANSFORMER_MAX_BATCH_SIZE="2")
     wait_workers(redis_server, 1)
@@ -300,6 +319,7 @@ def test_redis_restart_under_load(serve: Callable[..., Server], redis_server: Re
         await asyncio.sleep(1.0)
         redis_server.start()
         return await asyncio.wait_for(requests, 60)  # never a hang
+
     responses = asyncio.run(scenario())
     assert {r.status_code for r in responses} <= {200, 503}, [r.text for r in responses]
     for text, r in zip(texts, responses, strict=True):
@@ -321,13 +341,19 @@ def test_queue_full_in_redis_mode(serve: Callable[..., Server], redis_server: Re
 
 def test_worker_needs_redis(models_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    out = subprocess.run([sys.executable, "-m", "service.cli", "worker", "--models-dir", str(models_dir)],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "service.cli", "worker", "--models-dir", str(models_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "REDIS_URL" in out.stderr
 
 
-def test_a_worker_with_no_models_waits_for_them_instead_of_exiting(redis_server: RedisServer, tmp_path: Path,
-                                                                    models_dir: Path) -> None:
+def test_a_worker_with_no_models_waits_for_them_instead_of_exiting(
+    redis_server: RedisServer, tmp_path: Path, models_dir: Path
+) -> None:
     """An empty models volume must not make compose restart-loop the workers: they wait, then serve."""
     where = tmp_path / "models"
     w = Workers(where, redis_server.url, tmp_path)

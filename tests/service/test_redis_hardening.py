@@ -46,14 +46,18 @@ def stats(redis_server: RedisServer) -> dict[str, float]:
 
 
 def test_a_result_too_large_for_redis_fails_once_and_is_dead_lettered(
-        serve_heavy: Callable[..., Server], small_redis: RedisServer, heavy_dir: Path, tmp_path: Path) -> None:
+    serve_heavy: Callable[..., Server], small_redis: RedisServer, heavy_dir: Path, tmp_path: Path
+) -> None:
     server = serve_heavy(redis_url=small_redis.url, max_attention_cells=10**8)
     workers = Workers(heavy_dir, small_redis.url, tmp_path)
     try:
         workers.start("w")
         wait_workers(small_redis, 1)
-        r = httpx.post(f"{server.url}/attention", json={"q": make_sentences(1, seed=40, min_words=60, max_words=60)[0],
-                                                         "model": "long", "max_length": 100}, timeout=120)
+        r = httpx.post(
+            f"{server.url}/attention",
+            json={"q": make_sentences(1, seed=40, min_words=60, max_words=60)[0], "model": "long", "max_length": 100},
+            timeout=120,
+        )
         err = r.json()["error"]
         assert r.status_code == 413 and err["code"] == "result_too_large", r.text[:300]
         assert "bytes, more than the queue takes" in err["message"]
@@ -70,8 +74,9 @@ def test_a_result_too_large_for_redis_fails_once_and_is_dead_lettered(
         workers.stop_all()
 
 
-def test_a_replay_after_a_restart_counts_as_a_delivery(serve_heavy: Callable[..., Server],
-                                                       redis_server: RedisServer, heavy_workers: Workers) -> None:
+def test_a_replay_after_a_restart_counts_as_a_delivery(
+    serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_workers: Workers
+) -> None:
     server = serve_heavy(redis_url=redis_server.url, max_job_cost=10**12)
     env = {"TRANSFORMER_MAX_DELIVERIES": "1", "TRANSFORMER_MAX_BATCH_SIZE": "2"}
     first = heavy_workers.start("same-name", **env)
@@ -89,15 +94,17 @@ def test_a_replay_after_a_restart_counts_as_a_delivery(serve_heavy: Callable[...
 
 
 def test_a_batch_longer_than_the_claim_idle_time_is_decoded_once(
-        serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_workers: Workers) -> None:
+    serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_workers: Workers
+) -> None:
     server = serve_heavy(redis_url=redis_server.url, max_job_cost=10**12)
     heavy_workers.start("w1", TRANSFORMER_MAX_BATCH_SIZE="8", **FAST)
     heavy_workers.start("w2", TRANSFORMER_MAX_BATCH_SIZE="8", **FAST)
     wait_workers(redis_server, 2)
     texts = make_sentences(8, seed=42, min_words=20, max_words=25)
     start = time.monotonic()
-    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "beam_size": 8,
-                                                 "max_length": 400}).json()  # 2.5 s at 200 on an AVX-512 core
+    job = httpx.post(
+        f"{server.url}/jobs", json={"texts": texts, "model": "slow", "beam_size": 8, "max_length": 400}
+    ).json()  # 2.5 s at 200 on an AVX-512 core
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 180, 0.2)
     took = time.monotonic() - start
     assert took > 3.0, f"the batch took {took:.1f} s: too short to test reclaiming (claim idle 1.5 s)"
@@ -106,14 +113,16 @@ def test_a_batch_longer_than_the_claim_idle_time_is_decoded_once(
     assert stats(redis_server)["texts_decoded_total"] == 8  # decoded once
 
 
-def test_a_cancelled_job_is_dropped_by_its_worker(serve_heavy: Callable[..., Server], redis_server: RedisServer,
-                                                 heavy_workers: Workers) -> None:
+def test_a_cancelled_job_is_dropped_by_its_worker(
+    serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_workers: Workers
+) -> None:
     server = serve_heavy(redis_url=redis_server.url, max_job_cost=10**12, api_keys=KEY)
     heavy_workers.start("w", TRANSFORMER_MAX_BATCH_SIZE="4", **FAST)
     wait_workers(redis_server, 1)
     texts = make_sentences(64, seed=43, min_words=20, max_words=25)
-    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300},
-                     headers=AUTH).json()
+    job = httpx.post(
+        f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300}, headers=AUTH
+    ).json()
     wait_until(lambda: running_on(redis_server, job["id"]) == "w", 60, 0.05)
     wait_until(lambda: "transformer_in_flight_tasks 1" in httpx.get(f"{server.url}/metrics", headers=AUTH).text, 10)
     assert httpx.delete(f"{server.url}/jobs/{job['id']}", headers=AUTH).status_code == 200
@@ -126,8 +135,9 @@ def test_a_cancelled_job_is_dropped_by_its_worker(serve_heavy: Callable[..., Ser
     assert httpx.get(f"{server.url}/jobs/{job['id']}", headers=AUTH).json()["status"] == "cancelled"
 
 
-def test_rate_limits_are_token_buckets_shared_by_api_processes(serve_heavy: Callable[..., Server],
-                                                               redis_server: RedisServer) -> None:
+def test_rate_limits_are_token_buckets_shared_by_api_processes(
+    serve_heavy: Callable[..., Server], redis_server: RedisServer
+) -> None:
     one = serve_heavy(redis_url=redis_server.url, api_keys=f"{KEY}:2")
     two = serve_heavy(redis_url=redis_server.url, api_keys=f"{KEY}:2")
     assert httpx.get(f"{one.url}/models", headers=AUTH).status_code == 200
@@ -141,7 +151,8 @@ def test_rate_limits_are_token_buckets_shared_by_api_processes(serve_heavy: Call
 
 
 def test_outages_name_no_address_and_a_restart_costs_no_request(
-        serve: Callable[..., Server], redis_server: RedisServer, workers: Workers) -> None:
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers
+) -> None:
     server = serve(redis_url=redis_server.url)
     workers.start("w")
     wait_workers(redis_server, 1)
@@ -161,4 +172,5 @@ def test_outages_name_no_address_and_a_restart_costs_no_request(
     async def many() -> list[int]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             return [x.status_code for x in await asyncio.gather(*(client.get("/models") for _ in range(20)))]
+
     assert asyncio.run(many()) == [200] * 20

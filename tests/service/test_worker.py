@@ -34,6 +34,7 @@ def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
             await queue.submit(task)
             out.append(await queue.wait(task.id, 60))
         return out
+
     try:
         return asyncio.run(go())
     finally:
@@ -41,8 +42,9 @@ def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
         thread.join(timeout=10)
 
 
-def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(models_dir: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(
+    models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
     real_loop, calls = translator.loop, []
 
@@ -55,20 +57,25 @@ def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(models_dir: Path
             if len(calls) == 1:
                 raise KeyError("a bug")
             return real_step()
+
         monkeypatch.setattr(loop, "step", step)
         return loop
+
     monkeypatch.setattr(translator, "loop", flaky)
     first, second = serve_tasks(translator, [Task("m", ["kalo mine"], SHORT), Task("m", ["kalo mine"], SHORT)])
     assert first.error is not None and "KeyError" in first.error and first.outputs == []
     assert second.error is None
-    assert second.outputs[0].hypotheses[0].text == translator.translate(["kalo mine"], max_len_a=0.0,
-                                                                        max_len_b=5)[0].text
+    assert (
+        second.outputs[0].hypotheses[0].text == translator.translate(["kalo mine"], max_len_a=0.0, max_len_b=5)[0].text
+    )
 
 
 def test_unknown_model_and_too_long_input_fail_only_their_task(models_dir: Path) -> None:
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
-    results = serve_tasks(translator, [Task("other", ["kalo"], SHORT), Task("m", ["kalo mine ruza " * 40], SHORT),
-                                       Task("m", ["kalo"], SHORT)])
+    results = serve_tasks(
+        translator,
+        [Task("other", ["kalo"], SHORT), Task("m", ["kalo mine ruza " * 40], SHORT), Task("m", ["kalo"], SHORT)],
+    )
     assert "not loaded on this worker" in (results[0].error or "")
     assert "limit of 64" in (results[1].error or "")
     assert results[2].error is None and len(results[2].outputs) == 1
@@ -84,6 +91,7 @@ def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_t
             await queue.submit(task)
         assert (await queue.stats())["queued"] == 3
         from service.errors import QueueFull
+
         with pytest.raises(QueueFull):
             await queue.submit(Task("m", ["d"]))
         assert queue.read(3, 0) == [request, first, second]
@@ -96,6 +104,7 @@ def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_t
         await asyncio.sleep(1.1)
         assert await queue.state(first.id, None) is None  # expired
         assert await queue.state(second.id, None) is not None  # still running: never expires
+
     asyncio.run(go())
 
 

@@ -25,13 +25,16 @@ def test_baselines_score_the_leads_against_the_references() -> None:
     assert 0 < scores[f"lead-{LEAD_WORDS}-words"]["rougeL"] < 100
 
 
-def test_evaluate_prints_the_baselines_beside_a_summarizer(tmp_path: Path, spm_dir: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    model = save_random_checkpoint(tmp_path / "sum", spm_dir, SPM_VOCAB, seed=2, task="summarization",
-                                   source_lang="en", target_lang="en")
+def test_evaluate_prints_the_baselines_beside_a_summarizer(
+    tmp_path: Path, spm_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = save_random_checkpoint(
+        tmp_path / "sum", spm_dir, SPM_VOCAB, seed=2, task="summarization", source_lang="en", target_lang="en"
+    )
     data = tmp_path / "test.jsonl"
-    data.write_text("".join(json.dumps({"source": "kalo mine. ruza vo sa ti", "target": "kalo mine"}) + "\n"
-                            for _ in range(3)))
+    data.write_text(
+        "".join(json.dumps({"source": "kalo mine. ruza vo sa ti", "target": "kalo mine"}) + "\n" for _ in range(3))
+    )
     assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam-size", "1"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert {"rouge1", "rouge2", "rougeL"} <= set(scores)

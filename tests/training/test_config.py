@@ -35,18 +35,21 @@ def test_overrides_reach_nested_sections(tmp_path: Path) -> None:
     assert cfg.model_config(100, 100).p_drop == 0.0
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["nonsense=1"], "unknown keys in the config"),
-    (["data.colour=red"], "unknown keys in data"),
-    (["max_steps=0"], "max_steps must be at least 1"),
-    (["preset=huge"], "preset must be one of"),
-    (["model.d_model=100", "model.h=3"], "divisible"),
-    (["data.corpus=parallel"], "two files"),
-    (["max_steps"], "not KEY=VALUE"),
-    (["model.heads=3"], "unknown model options"),
-    (["clean.min_overlap=2"], "min_overlap"),
-    (["model.read_first=1"], "read_first"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["nonsense=1"], "unknown keys in the config"),
+        (["data.colour=red"], "unknown keys in data"),
+        (["max_steps=0"], "max_steps must be at least 1"),
+        (["preset=huge"], "preset must be one of"),
+        (["model.d_model=100", "model.h=3"], "divisible"),
+        (["data.corpus=parallel"], "two files"),
+        (["max_steps"], "not KEY=VALUE"),
+        (["model.heads=3"], "unknown model options"),
+        (["clean.min_overlap=2"], "min_overlap"),
+        (["model.read_first=1"], "read_first"),
+    ],
+)
 def test_bad_values_are_named(overrides: list[str], message: str) -> None:
     with pytest.raises(TrainConfigError, match=message):
         cfg = load_config(None, overrides)
@@ -68,18 +71,21 @@ def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
         load_config(path)
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("max_minutes=abc", "max_minutes: expected a number, got 'abc'"),
-    ("max_minutes=-5", "max_minutes must not be negative"),
-    ("dtype=float16", "dtype must be one of auto, float32, bfloat16, got 'float16'"),
-    ("task=translate", "task must be one of translation, summarization, got 'translate'"),
-    ("device=gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-    ("betas=0.9", "betas: expected a list, got 0.9"),
-    ("batch_tokens=abc", "batch_tokens: expected an integer, got 'abc'"),
-    ("batch_tokens=2.5", "batch_tokens: expected an integer, got 2.5"),
-    ("vocab.size=big", "vocab.size: expected an integer, got 'big'"),
-    ("data.paths=[a.en]", "data.paths must name two files"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("max_minutes=abc", "max_minutes: expected a number, got 'abc'"),
+        ("max_minutes=-5", "max_minutes must not be negative"),
+        ("dtype=float16", "dtype must be one of auto, float32, bfloat16, got 'float16'"),
+        ("task=translate", "task must be one of translation, summarization, got 'translate'"),
+        ("device=gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+        ("betas=0.9", "betas: expected a list, got 0.9"),
+        ("batch_tokens=abc", "batch_tokens: expected an integer, got 'abc'"),
+        ("batch_tokens=2.5", "batch_tokens: expected an integer, got 2.5"),
+        ("vocab.size=big", "vocab.size: expected an integer, got 'big'"),
+        ("data.paths=[a.en]", "data.paths must name two files"),
+    ],
+)
 def test_values_are_checked_when_loaded_naming_the_dotted_key(override: str, message: str) -> None:
     overrides = ["data.corpus=parallel", "data.paths=[a.en, a.de]"] if override.startswith("data.") else []
     with pytest.raises(TrainConfigError) as e:

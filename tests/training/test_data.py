@@ -26,12 +26,16 @@ def test_parallel_files_are_read_line_by_line(tmp_path: Path) -> None:
     assert [(p.source, p.target) for p in read_parallel(src, tgt)] == [("one", "eins"), ("two", "zwei")]
 
 
-@pytest.mark.parametrize(("src", "tgt", "bad", "line"), [
-    ("one\ntwo\n", "eins\n", "a.de", 2),
-    ("one\n", "eins\nzwei\n", "a.de", 2),
-])
-def test_parallel_files_of_different_lengths_name_the_file(tmp_path: Path, src: str, tgt: str, bad: str,
-                                                          line: int) -> None:
+@pytest.mark.parametrize(
+    ("src", "tgt", "bad", "line"),
+    [
+        ("one\ntwo\n", "eins\n", "a.de", 2),
+        ("one\n", "eins\nzwei\n", "a.de", 2),
+    ],
+)
+def test_parallel_files_of_different_lengths_name_the_file(
+    tmp_path: Path, src: str, tgt: str, bad: str, line: int
+) -> None:
     with pytest.raises(CorpusError) as e:
         list(read_parallel(write(tmp_path / "a.en", src), write(tmp_path / "a.de", tgt)))
     assert e.value.path.endswith(bad) and e.value.line == line
@@ -51,12 +55,15 @@ def test_jsonl_with_configured_fields(tmp_path: Path) -> None:
     assert list(read_jsonl(path, "document", "summary")) == [Pair("long text", "short", "s.jsonl")]
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ('{"source": "a", ', "not valid JSON"),
-    ('["a", "b"]', "not a JSON object"),
-    ('{"source": "a"}', "field 'target' is missing"),
-    ('{"source": "a", "target": 3}', "field 'target' is missing or not a string"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"source": "a", ', "not valid JSON"),
+        ('["a", "b"]', "not a JSON object"),
+        ('{"source": "a"}', "field 'target' is missing"),
+        ('{"source": "a", "target": 3}', "field 'target' is missing or not a string"),
+    ],
+)
 def test_corrupt_jsonl_line_is_named(tmp_path: Path, line: str, message: str) -> None:
     path = write(tmp_path / "x.jsonl", '{"source": "ok", "target": "ok"}\n' + line + "\n")
     it = read_jsonl(path)
@@ -76,7 +83,7 @@ def test_missing_file_is_a_corpus_error(tmp_path: Path) -> None:
         list(read_tsv(tmp_path / "nope.tsv"))
 
 
-PO = '''msgid ""
+PO = """msgid ""
 msgstr ""
 "Content-Type: text/plain; charset=UTF-8\\n"
 
@@ -103,7 +110,7 @@ msgid "two "
 "lines"
 msgstr "zwei "
 "Zeilen"
-'''
+"""
 
 EXPECTED = [("Open file", "Datei öffnen"), ("Quit", "Beenden"), ("%d file", "%d Datei"), ("two lines", "zwei Zeilen")]
 
@@ -140,31 +147,54 @@ def test_the_machines_german_catalogs_give_thousands_of_pairs() -> None:
 
 
 def test_docstring_split() -> None:
-    doc = '''Add two numbers.
+    doc = """Add two numbers.
 
     The numbers may be ints or floats; the result
     has the wider type.
 
     Args:
         a: the first
-    '''
-    assert split_docstring(doc) == ("The numbers may be ints or floats; the result has the wider type.",
-                                    "Add two numbers.")
+    """
+    assert split_docstring(doc) == (
+        "The numbers may be ints or floats; the result has the wider type.",
+        "Add two numbers.",
+    )
     assert split_docstring("Only a summary.") is None
 
 
-@pytest.mark.parametrize("line", ["Returns a pair (n, d) of integers.", "Note that the order is kept.",
-                                  "raised when it is caused.", "Example usage follows below."])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Returns a pair (n, d) of integers.",
+        "Note that the order is kept.",
+        "raised when it is caused.",
+        "Example usage follows below.",
+    ],
+)
 def test_a_sentence_that_begins_like_a_section_header_stays_in_the_description(line: str) -> None:
     doc = f"Summary line.\n\nFirst part.\n{line}\nLast part.\n\nReturns:\n    a value\n"
     assert split_docstring(doc) == (f"First part. {line} Last part.", "Summary line.")
 
 
-@pytest.mark.parametrize("header", ["Returns", "Returns:", "Notes", "See also: other", "Example::", ">>> f(1)",
-                                    ".. note::", ":param x: the input", "-------"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Returns",
+        "Returns:",
+        "Notes",
+        "See also: other",
+        "Example::",
+        ">>> f(1)",
+        ".. note::",
+        ":param x: the input",
+        "-------",
+    ],
+)
 def test_a_section_header_ends_the_description(header: str) -> None:
-    assert split_docstring(f"Summary line.\n\nThe description.\n{header}\nmore\n") == ("The description.",
-                                                                                           "Summary line.")
+    assert split_docstring(f"Summary line.\n\nThe description.\n{header}\nmore\n") == (
+        "The description.",
+        "Summary line.",
+    )
 
 
 def test_a_directive_or_doctest_is_not_a_summary() -> None:
@@ -182,7 +212,8 @@ def test_docstring_titles_name_the_definition(tmp_path: Path, monkeypatch: pytes
     package = tmp_path / "toypkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "records.py").write_text(textwrap.dedent('''
+    (package / "records.py").write_text(
+        textwrap.dedent('''
         """Records of events.
 
         Each record holds one event's message and its arguments.
@@ -202,13 +233,15 @@ def test_docstring_titles_name_the_definition(tmp_path: Path, monkeypatch: pytes
 
                 This can be called from any process.
                 """
-        '''))
+        ''')
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     titled = {p.target: p.source for p in docstring_pairs(("toypkg",), titles=True)}
     assert titled == {
         "Records of events.": "toypkg records: Each record holds one event's message and its arguments.",
-        "Return the message for this LogRecord.":
-            "log record get message: The user-supplied arguments are merged into the message first.",
-        "Make sure that a fork server is running.": "ensure running: This can be called from any process."}
+        "Return the message for this LogRecord.": "log record get message: The user-supplied arguments are merged "
+        "into the message first.",
+        "Make sure that a fork server is running.": "ensure running: This can be called from any process.",
+    }
     plain = [(p.source, p.target) for p in docstring_pairs(("toypkg",))]
     assert plain == [(s.split(": ", 1)[1], t) for t, s in titled.items()]

@@ -28,8 +28,13 @@ WITHOUT_TRAIN_EXTRA = textwrap.dedent("""
 
 
 def run_without_train_extra(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", WITHOUT_TRAIN_EXTRA + textwrap.dedent(code)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_TRAIN_EXTRA + textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_serving_needs_no_train_extra(checkpoint_dir: Path, tmp_path: Path) -> None:
@@ -55,9 +60,11 @@ def test_serving_needs_no_train_extra(checkpoint_dir: Path, tmp_path: Path) -> N
 
 def test_commands_that_need_the_train_extra_say_so_before_starting(tmp_path: Path, checkpoint_dir: Path) -> None:
     config = ROOT / "training" / "configs" / "demo-en-de.yaml"
-    for argv in (["train", "--config", str(config), f"run_dir={tmp_path / 'run'}"],
-                 ["evaluate", "--model", str(checkpoint_dir), "--data", str(tmp_path / "test.jsonl")],
-                 ["attention", "--model", str(checkpoint_dir), "Hello", "--png", str(tmp_path / "a.png")]):
+    for argv in (
+        ["train", "--config", str(config), f"run_dir={tmp_path / 'run'}"],
+        ["evaluate", "--model", str(checkpoint_dir), "--data", str(tmp_path / "test.jsonl")],
+        ["attention", "--model", str(checkpoint_dir), "Hello", "--png", str(tmp_path / "a.png")],
+    ):
         result = run_without_train_extra(f"""
             from service.cli import main
             sys.exit(main({argv!r}))

@@ -21,15 +21,25 @@ from training.prepare import build_corpus
 
 def test_clean_drops_empty_long_skewed_and_duplicate_pairs() -> None:
     pairs = [
-        Pair("hello  world\n", "hallo welt"), Pair("", "leer"), Pair("a " * 30, "b"),
-        Pair("short", "a much much much longer translation than the source"), Pair("hello world", "hallo welt"),
+        Pair("hello  world\n", "hallo welt"),
+        Pair("", "leer"),
+        Pair("a " * 30, "b"),
+        Pair("short", "a much much much longer translation than the source"),
+        Pair("hello world", "hallo welt"),
         Pair("fine", "gut"),
     ]
     stats = CleanStats()
     kept = list(clean(pairs, CleanConfig(max_words=20, max_ratio=3.0), stats))
     assert [(p.source, p.target) for p in kept] == [("hello world", "hallo welt"), ("fine", "gut")]
-    assert stats.as_dict() == {"kept": 2, "empty": 1, "length": 1, "ratio": 1, "duplicate": 1, "origin_cap": 0,
-                              "overlap": 0}
+    assert stats.as_dict() == {
+        "kept": 2,
+        "empty": 1,
+        "length": 1,
+        "ratio": 1,
+        "duplicate": 1,
+        "origin_cap": 0,
+        "overlap": 0,
+    }
 
 
 def test_clean_keeps_the_first_pairs_of_each_origin_up_to_its_cap() -> None:
@@ -61,10 +71,18 @@ def test_min_overlap_leaves_unsupported_pairs_out_of_training_only(tmp_path: Pat
             doc = rng.sample(words, 12)
             summary = doc[:3] if i % 2 else ["zz", *rng.sample(words, 2)]  # odd: taken from the document
             f.write(json.dumps({"source": " ".join(doc), "target": " ".join(summary)}) + "\n")
-    cfg = from_dict({"run_dir": str(tmp_path / "run"), "task": "summarization", "source_lang": "en",
-                     "target_lang": "en", "data": {"corpus": "jsonl", "paths": [str(tmp_path / "pairs.jsonl")]},
-                     "clean": {"min_overlap": 0.5, "max_ratio": 0}, "split": {"dev": 0.1, "test": 0.1},
-                     "vocab": {"size": 80}})
+    cfg = from_dict(
+        {
+            "run_dir": str(tmp_path / "run"),
+            "task": "summarization",
+            "source_lang": "en",
+            "target_lang": "en",
+            "data": {"corpus": "jsonl", "paths": [str(tmp_path / "pairs.jsonl")]},
+            "clean": {"min_overlap": 0.5, "max_ratio": 0},
+            "split": {"dev": 0.1, "test": 0.1},
+            "vocab": {"size": 80},
+        }
+    )
     build_corpus(cfg, tmp_path / "data", progress=False)
     splits = {name: list(read_jsonl(tmp_path / "data" / f"{name}.jsonl")) for name in ("train", "dev", "test")}
     assert splits["train"] and all(overlap(p) >= 0.5 for p in splits["train"])
@@ -140,8 +158,9 @@ def test_label_smoothed_loss_matches_torch_and_ignores_padding() -> None:
     target[0, 4:] = 0
     loss, nll = label_smoothed_loss(logits, target, eps_ls=0.1, pad=0)
     flat = logits.reshape(-1, 50), target.reshape(-1)
-    assert loss.item() == pytest.approx(F.cross_entropy(*flat, ignore_index=0, reduction="sum",
-                                                        label_smoothing=0.1).item(), rel=1e-5)
+    assert loss.item() == pytest.approx(
+        F.cross_entropy(*flat, ignore_index=0, reduction="sum", label_smoothing=0.1).item(), rel=1e-5
+    )
     assert nll.item() == pytest.approx(F.cross_entropy(*flat, ignore_index=0, reduction="sum").item(), rel=1e-5)
     unsmoothed, _ = label_smoothed_loss(logits, target, eps_ls=0.0, pad=0)
     assert unsmoothed.item() == pytest.approx(nll.item(), rel=1e-6)
@@ -157,10 +176,15 @@ def test_label_smoothed_loss_gradient_matches_torch(eps_ls: float) -> None:
     loss, _ = label_smoothed_loss(mine, target, eps_ls=eps_ls, pad=0)
     (loss * 3.0).backward()
     ref = logits.clone().requires_grad_()
-    (F.cross_entropy(ref.reshape(-1, 40), target.reshape(-1), ignore_index=0, reduction="sum",
-                     label_smoothing=eps_ls) * 3.0).backward()
+    (
+        F.cross_entropy(
+            ref.reshape(-1, 40), target.reshape(-1), ignore_index=0, reduction="sum", label_smoothing=eps_ls
+        )
+        * 3.0
+    ).backward()
     assert mine.grad is not None and ref.grad is not None
     torch.testing.assert_close(mine.grad, ref.grad, atol=1e-12, rtol=1e-9)
     assert mine.grad[1, 2:].abs().max() == 0  # padding gets no gradient
-    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, target, eps_ls, 0)[0],
-                                    (logits.clone().requires_grad_(),))
+    assert torch.autograd.gradcheck(
+        lambda x: label_smoothed_loss(x, target, eps_ls, 0)[0], (logits.clone().requires_grad_(),)
+    )

@@ -10,8 +10,10 @@ from training.clean import SplitConfig, split
 from training.data import Pair
 from training.summaries import dpkg_pairs, item_name, manpage_pairs, page_item, parse_manpage, title_words, unescape
 
-DESCRIPTION = ("List information about the FILEs (the current directory by default). Sort entries "
-               "alphabetically if none of the sorting options is given.")
+DESCRIPTION = (
+    "List information about the FILEs (the current directory by default). Sort entries "
+    "alphabetically if none of the sorting options is given."
+)
 MAN = f""".\\" a comment
 .TH LS "1" "September 2022" "GNU coreutils 9.1" "User Commands"
 .SH NAME
@@ -64,8 +66,10 @@ def test_pages_are_read_gzipped_or_plain_and_links_are_skipped(tmp_path: Path) -
     (tmp_path / "broken.1.gz").write_bytes(b"not gzip")
     pairs = list(manpage_pairs(tmp_path))
     assert page_item("gcloud_compute_instances_list.1.gz") == "gcloud" and page_item("git-commit.1") == "git"
-    assert [(p.origin, p.target) for p in pairs] == [("ls", "list directory contents"),
-                                                     ("touch", "change file access and modification times")]
+    assert [(p.origin, p.target) for p in pairs] == [
+        ("ls", "list directory contents"),
+        ("touch", "change file access and modification times"),
+    ]
 
 
 def test_dpkg_descriptions(tmp_path: Path) -> None:
@@ -74,7 +78,8 @@ def test_dpkg_descriptions(tmp_path: Path) -> None:
         "Package: libfoo1\nSource: foo (1.2-3)\nDescription: the foo library\n"
         " Foo computes bar from baz quickly and correctly, with care for memory and for threads.\n .\n"
         " This package holds the shared library of foo.\n\n"
-        "Package: tiny\nDescription: too short\n Nothing much.\n")
+        "Package: tiny\nDescription: too short\n Nothing much.\n"
+    )
     pairs = list(dpkg_pairs(status))
     assert len(pairs) == 1 and pairs[0].target == "the foo library" and pairs[0].origin == "foo"
     assert pairs[0].source.startswith("Foo computes bar") and " . " not in pairs[0].source
@@ -106,7 +111,9 @@ def test_with_titles_each_document_starts_with_its_item_s_name(tmp_path: Path) -
     assert pages["ls"].startswith("ls: List information about") and pages["git"].startswith("git commit: List")
     assert [p.source for p in manpage_pairs(tmp_path)] == [s.split(": ", 1)[1] for s in pages.values()]
     status = tmp_path / "status"
-    status.write_text("Package: python3-foo\nDescription: the foo module\n"
-                      " Foo computes bar from baz quickly and correctly, with care for memory and for threads.\n")
+    status.write_text(
+        "Package: python3-foo\nDescription: the foo module\n"
+        " Foo computes bar from baz quickly and correctly, with care for memory and for threads.\n"
+    )
     (package,) = dpkg_pairs(status, titles=True)
     assert package.source.startswith("python3 foo: Foo computes bar") and package.target == "the foo module"

@@ -40,13 +40,26 @@ def copy_corpus(path: Path, n: int = 3000, seed: int = 0) -> Path:
 
 def settings(run_dir: Path, corpus: Path, **overrides: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "run_dir": str(run_dir), "source_lang": "xx", "target_lang": "xx",
-        "data": {"corpus": "jsonl", "paths": [str(corpus)]}, "split": {"dev": 0.02, "test": 0.03},
-        "vocab": {"size": 20}, "preset": "tiny", "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
+        "run_dir": str(run_dir),
+        "source_lang": "xx",
+        "target_lang": "xx",
+        "data": {"corpus": "jsonl", "paths": [str(corpus)]},
+        "split": {"dev": 0.02, "test": 0.03},
+        "vocab": {"size": 20},
+        "preset": "tiny",
+        "model": {"p_drop": 0.0, "d_model": 128, "d_ff": 256},
         # lr_scale 0.5 / 1000 steps sat on the edge (87.65% to 100% exact match by CPU, thread count or
         # seed: the loss still spikes at step 1000); a lower rate and 250 more steps get 98.8-100% on all.
-        "batch_tokens": 800, "warmup": 200, "lr_scale": 0.125, "eps_ls": 0.0, "max_steps": 1250,
-        "log_every": 50, "eval_every": 10_000, "save_every": 10_000, "eval_beam_size": 1, "progress": False,
+        "batch_tokens": 800,
+        "warmup": 200,
+        "lr_scale": 0.125,
+        "eps_ls": 0.0,
+        "max_steps": 1250,
+        "log_every": 50,
+        "eval_every": 10_000,
+        "save_every": 10_000,
+        "eval_beam_size": 1,
+        "progress": False,
     }
     values.update(overrides)
     return values
@@ -120,9 +133,24 @@ def test_two_gloo_processes_train_like_one_with_accumulation(tmp_path: Path, cor
     config = tmp_path / "ddp.json"
     config.write_text(json.dumps(settings(tmp_path / "ddp", corpus, accumulate=1, **common)))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-                    "-m", "service.cli", "train", "--config", str(config)], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29517",
+            "-m",
+            "service.cli",
+            "train",
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=300,
+    )
     a, b = losses(single), losses(tmp_path / "ddp")
     assert a.keys() == b.keys() == set(range(1, 7))
     for step in a:
@@ -137,8 +165,11 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path,
     """Also of a copying model (model.copy); the recipe's decoding options go with every checkpoint."""
     model = {"p_drop": 0.0, "d_model": 128, "d_ff": 256, "copy": True}
     decoding = {"no_repeat_ngram_size": 2, "min_length": 1}
-    run_dir = train(from_dict(settings(tmp_path / "avg", corpus, max_steps=6, save_every=2, keep_last=2,
-                                       model=model, decoding=decoding)))
+    run_dir = train(
+        from_dict(
+            settings(tmp_path / "avg", corpus, max_steps=6, save_every=2, keep_last=2, model=model, decoding=decoding)
+        )
+    )
     kept = sorted((run_dir / "checkpoints").iterdir())
     assert [p.name for p in kept] == ["step_00000004", "step_00000006"]
     assert main(["average", str(run_dir), "--last", "2", "--out", str(tmp_path / "averaged")]) == 0
@@ -157,8 +188,9 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path: Path,
 
 def test_read_first_cuts_the_training_sources_and_travels_with_the_checkpoint(tmp_path: Path, corpus: Path) -> None:
     """model.read_first: the model trains on the documents' first tokens, as it will read them in use."""
-    cfg = from_dict(settings(tmp_path / "reader", corpus, model={"d_model": 32, "d_ff": 64, "read_first": 4},
-                             max_steps=2))
+    cfg = from_dict(
+        settings(tmp_path / "reader", corpus, model={"d_model": 32, "d_ff": 64, "read_first": 4}, max_steps=2)
+    )
     data = Trainer(cfg).data
     lengths, target_lengths = np.diff(data.train.src_offsets), np.diff(data.train.tgt_offsets)
     assert lengths.max() == 4 and target_lengths.max() > 4  # sources cut (EOS kept), targets whole
@@ -178,8 +210,9 @@ def test_bfloat16_autocast_training_evaluates_on_the_dev_split(tmp_path: Path, c
     assert {t.dtype for t in load_file(str(run_dir / "best" / "model.safetensors")).values()} == {torch.float32}
 
 
-def test_resume_refuses_a_run_directory_trained_on_other_data(tmp_path: Path, corpus: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_refuses_a_run_directory_trained_on_other_data(
+    tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     short = {"max_steps": 4, "save_every": 2, "log_every": 2}
     train(from_dict(settings(tmp_path / "run", corpus, **short)))
     changed = settings(tmp_path / "run", corpus, **short, clean={"max_words": 6})
@@ -203,10 +236,20 @@ def test_resume_refuses_a_run_directory_of_another_model(tmp_path: Path, corpus:
 
 
 def test_progress_follows_the_budget_that_ends_first_and_prints_each_evaluation(
-        tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """With max_minutes binding, the bar's total is the steps that fit in the time, not max_steps (100,000)."""
-    cfg = from_dict(settings(tmp_path / "run", corpus, max_steps=100_000, max_minutes=0.08, eval_every=20,
-                             save_every=100_000, progress=True))
+    cfg = from_dict(
+        settings(
+            tmp_path / "run",
+            corpus,
+            max_steps=100_000,
+            max_minutes=0.08,
+            eval_every=20,
+            save_every=100_000,
+            progress=True,
+        )
+    )
     train(cfg)
     out, err = capsys.readouterr()
     totals = [(int(a), int(b)) for a, b in re.findall(r"(\d+)/(\d+) \[[^\]]*(?:step/s|s/step)", err)]  # not the evals
