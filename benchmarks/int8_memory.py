@@ -19,15 +19,9 @@ from typing import Any
 
 from torch import nn
 
-from model.checkpoint import (
-    WEIGHTS_FILE,
-    CheckpointMeta,
-    load_checkpoint,
-    load_int8_checkpoint,
-    save_checkpoint,
-    save_int8_checkpoint,
-)
+from model.checkpoint import WEIGHTS_FILE, CheckpointMeta, load_checkpoint, save_checkpoint
 from model.config import ModelConfig
+from model.int8_checkpoint import load_int8_checkpoint, save_int8_checkpoint
 from model.quantize import Int8Linear, quantize_transformer
 from model.transformer import Transformer
 

@@ -2,11 +2,15 @@
 
 from model.config import PRESETS, DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ConfigError, InputError, InputTooLongError, ModelError
+from model.output import AttentionMaps, Hypothesis, Output
 from model.transformer import Transformer
-from model.translator import Translation, Translator
+from model.translator import Translator
 
 __all__ = [
     "PRESETS",
+    "AttentionMaps",
+    "Hypothesis",
+    "Output",
     "CheckpointError",
     "ConfigError",
     "DecodingConfig",
@@ -15,6 +19,5 @@ __all__ = [
     "ModelConfig",
     "ModelError",
     "Transformer",
-    "Translation",
     "Translator",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -16,17 +17,12 @@ from torch import Tensor
 from model.cache import JOIN_ROOM, DecoderCache
 from model.config import DecodingConfig
 from model.errors import SearchStopped
+from model.masks import pad_batch
+from model.output import Hypothesis
 from model.tokenizer import SpecialIds
 from model.transformer import Transformer
 
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One finished output: its ids (without EOS), log P / lp(|Y|), and log P itself."""
-
-    tokens: list[int]
-    score: float
-    log_prob: float
+K = TypeVar("K")  # a running search's name (Admission.fits)
 
 
 @dataclass
@@ -77,16 +73,6 @@ class _Best:
     go_on_log_prob: Tensor
     go_on_row: Tensor
     go_on_token: Tensor
-
-
-def pad_batch(batch: Sequence[Sequence[int]], pad: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
-    """Right-pad id lists into (B, S) ids and a (B, S) bool mask, True on real tokens."""
-    S = max(len(ids) for ids in batch)
-    src = torch.full((len(batch), S), pad, dtype=torch.long)
-    for i, ids in enumerate(batch):
-        src[i, : len(ids)] = torch.tensor(ids)
-    mask = torch.arange(S)[None, :] < torch.tensor([len(ids) for ids in batch])[:, None]
-    return src.to(device), mask.to(device)
 
 
 class BeamLoop:
@@ -349,3 +335,42 @@ def search_all(
             results[s.tag] = s.n_best()
         step += 1
     return [results[i] for i in range(len(sources))]
+
+
+class Admission:
+    """Which waiting sources join running searches, and when (continuous batching).
+
+    The searches together hold at most max_sentences sentences and max_tokens source tokens, each search
+    counting its padding: its sentences times its longest source (fits). Encoding costs about as much for one
+    source as for several, so sources join a busy search a few at a time (due): once `together` of them can, as
+    many waiting and as many rows free. With every source waiting from the start (wait_steps None: offline
+    translation), the last few join as soon as they all fit; with sources arriving while the search runs (the
+    service), fewer than `together` join after wait_steps steps."""
+
+    def __init__(self, max_sentences: int, max_tokens: int, together: int, wait_steps: int | None) -> None:
+        self.max_sentences, self.max_tokens = max_sentences, max_tokens
+        self.together, self.wait_steps = max(1, together), wait_steps
+        self.deferred = 0  # steps since waiting sources could have joined
+
+    def due(self, running: int, waiting: int) -> bool:
+        """Whether waiting sources join now, with `running` sentences in the searches (a step is counted when not)."""
+        free = self.max_sentences - running
+        if self.wait_steps is None:
+            return waiting > 0 and (running == 0 or free >= min(waiting, self.together))
+        if running and min(waiting, free) < self.together and self.deferred < self.wait_steps:
+            self.deferred += 1
+            return False
+        self.deferred = 0
+        return True
+
+    def fits(self, held: dict[K, tuple[int, int]], search: K, length: int) -> bool:
+        """Whether a source of `length` tokens fits in `search`, given what each search holds, (sentences, longest
+        source); if it does, it is counted in held."""
+        n, longest = held.get(search, (0, 0))
+        longest = max(longest, length)
+        count = sum(a for a, _ in held.values())
+        others = sum(a * b for key, (a, b) in held.items() if key != search)
+        if count + 1 > self.max_sentences or (count and others + (n + 1) * longest > self.max_tokens):
+            return False
+        held[search] = (n + 1, longest)
+        return True

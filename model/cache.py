@@ -1,4 +1,4 @@
-"""Typed decoder state for incremental decoding: passed in, returned, reorderable for beam search.
+"""The decoder cache of incremental decoding: typed, passed in and returned, reorderable for beam search.
 
 Sentences may join a running search (continuous batching), so each sentence has its own number of decoded
 positions; a row's keys and values sit at its own positions 0 .. length - 1 of a shared time axis, and the
@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from model.copy import CopySource
+from model.masks import positions_bias
 
 JOIN_ROOM = 32  # free positions a joined cache starts with; it grows as needed
 MAX_SPANS = 4  # most row ranges a step's self-attention and reordering are cut into (row_spans)
@@ -23,7 +24,7 @@ SPAN_MIN = 4  # sentences a range holds at least before a new one starts
 
 @dataclass(frozen=True)
 class LayerCache:
-    """One decoder layer's state.
+    """One decoder layer's cache.
 
     kv: self-attention keys and values of the steps so far, in a buffer with room to grow,
     (R, h, 2, capacity, d_k) with one row per hypothesis: a view of the first R rows of a buffer that may hold
@@ -43,6 +44,15 @@ class LayerCache:
     cross_k_t: Tensor
     cross_v: Tensor
 
+    def append(self, kv: Tensor, where: StepPositions) -> tuple[Tensor, Tensor]:
+        """Write one step's keys and values, kv (R, h, 2, d_k), at each row's position (where); return the keys
+        and values of positions 0 .. where.t, each (R, h, t + 1, d_k)."""
+        if where.index is None:  # every row at position t
+            self.kv[:, :, :, where.t] = kv
+        else:  # row r at position index[r]
+            self.kv[where.rows, :, :, where.index] = kv
+        return self.keys_values(where.t + 1)
+
     def keys_values(self, length: int) -> tuple[Tensor, Tensor]:
         """Views of the first `length` positions, each (R, h, length, d_k)."""
         kv = self.kv[:, :, :, :length]  # (R, h, 2, length, d_k)
@@ -57,8 +67,9 @@ class StepPositions:
     """Where one step writes: position t for every row (all sentences equally far), or each row at its own
     position (index, (R,)) with keys past it masked by bias, (R, 1, 1, t + 1) of 0 and -inf.
 
-    spans cut the rows into ranges that read only their first n keys (row_spans); to_slots and from_slots
-    put the rows in the order of the cross-attention slots and back, when the two orders differ."""
+    spans cut the rows into ranges that read only their first n keys (row_spans). The rows are in the order
+    their sentences joined, the cross-attention keys and values in slots of their own (DecoderCache.slots):
+    in_slot_order and in_row_order put rows in the slots' order and back, where the two differ."""
 
     t: int  # the largest position written this step; keys 0 .. t are read
     index: Tensor | None = None  # (R,) each row's position
@@ -68,10 +79,18 @@ class StepPositions:
     to_slots: Tensor | None = None  # (R,) row i of the slot order is row to_slots[i]
     from_slots: Tensor | None = None  # (R,) and back
 
+    def in_slot_order(self, x: Tensor) -> Tensor:
+        """x, (R, ...) in row order, in the order of the cross-attention slots: each sentence's beams at its slot."""
+        return x if self.to_slots is None else x.index_select(0, self.to_slots)
+
+    def in_row_order(self, x: Tensor) -> Tensor:
+        """x, (R, ...) in slot order, back in row order."""
+        return x if self.from_slots is None else x.index_select(0, self.from_slots)
+
 
 @dataclass(frozen=True)
 class DecoderCache:
-    """Every layer's state plus what all layers share: the source padding and each sentence's length."""
+    """Every layer's cache plus what all layers share: the source padding and each sentence's length."""
 
     layers: tuple[LayerCache, ...]
     cross_bias: Tensor  # (B, 1, 1, S) added to cross-attention scores, per slot: 0 on tokens, -inf on padding
@@ -115,18 +134,17 @@ class DecoderCache:
         if min(self.lengths, default=0) == t:
             return StepPositions(t, to_slots=to_slots, from_slots=from_slots)
         index = torch.tensor(self.lengths, device=device).repeat_interleave(self.beams)  # (R,)
-        later = torch.arange(t + 1, device=device)[None, :] > index[:, None]  # (R, t + 1)
-        bias = self.cross_bias.new_zeros(later.shape).masked_fill_(later, float("-inf"))
+        bias = positions_bias(index, t, like=self.cross_bias)  # (R, 1, 1, t + 1)
         rows = torch.arange(index.numel(), device=device)
         spans = row_spans([n + 1 for n in self.lengths], self.beams)
-        return StepPositions(t, index, rows, bias[:, None, None, :], spans, to_slots, from_slots)  # (R, 1, 1, t + 1)
+        return StepPositions(t, index, rows, bias, spans, to_slots, from_slots)
 
     def advanced(self) -> DecoderCache:
         """The cache after a step wrote one position for every sentence."""
         return replace(self, lengths=tuple(n + 1 for n in self.lengths))
 
     def grown(self, at_most: int | None = None) -> DecoderCache:
-        """The same state with room for twice as many positions, or at_most (more than are filled) if fewer:
+        """The same cache with room for twice as many positions, or at_most (more than are filled) if fewer:
         the most any of its sentences will write. Fresh buffers are zeroed, and each position costs a buffer's
         worth of rows, so room nobody will use is not free."""
         size, t = max(1, 2 * self.capacity), self.step
@@ -195,7 +213,7 @@ class DecoderCache:
         )
 
     def trimmed(self, source_length: int) -> DecoderCache:
-        """The same state with the source axis cut to source_length, once longer sentences have left (views:
+        """The same cache with the source axis cut to source_length, once longer sentences have left (views:
         nothing is copied)."""
         S = source_length
         if self.cross_bias.size(-1) <= S:
@@ -207,7 +225,7 @@ class DecoderCache:
         return replace(self, layers=layers, cross_bias=self.cross_bias[..., :S], copy=copy)
 
     def joined(self, new: DecoderCache, max_sentences: int | None = None) -> DecoderCache:
-        """This state with the sentences of `new` (same beams per sentence, nothing decoded yet) after its own.
+        """This cache with the sentences of `new` (same beams per sentence, nothing decoded yet) after its own.
 
         They take the free rows and slots of this cache's buffers, which are replaced by larger ones (copied)
         only when full: with room for as many sentences again, but never for more than max_sentences (the most

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, TextIO
 from model.config import DecodingConfig
 
 if TYPE_CHECKING:
-    from model.translator import Translation, Translator
+    from model.output import Output
+    from model.translator import Translator
 
 
 def add_decoding_options(p: argparse.ArgumentParser) -> None:
@@ -148,8 +149,8 @@ def line_problem(tr: Translator, line: str, number: int, truncate: bool) -> str 
     return None
 
 
-def write(translations: list[Translation], args: argparse.Namespace) -> None:
-    for t in translations:
+def write(outputs: list[Output], args: argparse.Namespace) -> None:
+    for t in outputs:
         fields = [f"{h.score:.4f}\t{h.text}" if args.scores else h.text for h in t.hypotheses]
         print("\t".join(fields), flush=True)
 
@@ -163,7 +164,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from model.checkpoint import quantize_checkpoint
+    from model.int8_checkpoint import quantize_checkpoint
 
     src, out = quantize_checkpoint(args.src, args.out, force=args.force)
     print(

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from model.errors import ConfigError
+from model.errors import ConfigError, InputTooLongError
 
 # The weight types a model loads in, by name, for Translator.load and the service's settings alike: "auto" is
 # float32 on the CPU and bfloat16 on CUDA; "int8" runs on the CPU only (model.quantize).
@@ -98,6 +98,16 @@ class ModelConfig:
         if not self.read_first or len(ids) <= self.read_first:
             return ids
         return [*ids[: self.read_first - 1], eos]
+
+    def source_ids(self, ids: list[int], eos: int, truncate: bool) -> list[int]:
+        """The source ids the encoder takes (read), at most max_len of them: a longer input is cut there, still
+        ending in EOS, with truncate, and refused without (InputTooLongError)."""
+        ids = self.read(ids, eos)
+        if len(ids) <= self.max_len:
+            return ids
+        if not truncate:
+            raise InputTooLongError(len(ids), self.max_len)
+        return [*ids[: self.max_len - 1], eos]
 
     @classmethod
     def from_preset(

@@ -50,10 +50,11 @@ class InputError(ModelError, ValueError):
 class InputTooLongError(InputError):
     """An input has more tokens than the model accepts and truncation was not asked for."""
 
-    def __init__(self, index: int, length: int, limit: int) -> None:
+    def __init__(self, length: int, limit: int, index: int | None = None) -> None:
+        which = "" if index is None else f"input {index} has "
         super().__init__(
-            f"input {index} has {length} tokens, more than the model's limit of {limit}; "
-            "shorten it or pass truncate=True"
+            f"{which}{length} tokens, more than the model's limit of {limit}; shorten it or ask for "
+            "truncation (truncate)"
         )
         self.index = index
         self.length = length

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from model.cache import LayerCache, StepPositions
 from model.config import ModelConfig
+from model.masks import MASKED, future_mask
 
 KV = tuple[Tensor, Tensor]
 
@@ -29,10 +30,9 @@ def attention(
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
     if causal:
         T, S = scores.shape[-2:]
-        future = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
+        scores = scores.masked_fill(future_mask(T, S, q.device), MASKED)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, MASKED)
     weights = scores.softmax(dim=-1)
     return weights @ v, weights
 
@@ -52,11 +52,6 @@ def step_attention(q: Tensor, k_t: Tensor, v: Tensor, bias: Tensor | None = None
     # Sums in float32 at least, as the fused kernel (float64 stays float64).
     weights = scores.softmax(dim=-1, dtype=torch.promote_types(v.dtype, torch.float32)).to(v.dtype)
     return torch.matmul(weights, v)  # (..., n, d_k)
-
-
-def split_heads(x: Tensor, h: int) -> Tensor:
-    B, T, _ = x.shape
-    return x.view(B, T, h, -1).transpose(1, 2)  # (B, h, T, d_k)
 
 
 def merge_heads(x: Tensor) -> Tensor:
@@ -114,14 +109,10 @@ class SelfAttention(nn.Module):
         return self.out(y if tokens is None else tokens.pack(y)), weights
 
     def step(self, x: Tensor, cache: LayerCache, where: StepPositions) -> Tensor:
-        """One new position per row (where). x: (R, 1, d_model); its keys and values go into cache.kv."""
+        """One new position per row (where). x: (R, 1, d_model); its keys and values go into the cache."""
         R, _, d_model = x.shape
         qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
-        if where.index is None:  # every row at position t
-            cache.kv[:, :, :, where.t] = qkv[:, 1:].transpose(1, 2)  # (R, h, 2, d_k)
-        else:  # row r at position index[r]
-            cache.kv[where.rows, :, :, where.index] = qkv[:, 1:].transpose(1, 2)  # (R, h, 2, d_k)
-        k, v = cache.keys_values(where.t + 1)  # each (R, h, t + 1, d_k)
+        k, v = cache.append(qkv[:, 1:].transpose(1, 2), where)  # (R, h, 2, d_k) in; each (R, h, t + 1, d_k) out
         q = qkv[:, 0, :, None]  # (R, h, 1, d_k)
         if len(where.spans) <= 1:
             y = step_attention(q, k.transpose(-2, -1), v, where.bias)  # (R, h, 1, d_k)
@@ -159,18 +150,14 @@ class CrossAttention(nn.Module):
         k, v = self.project_kv(memory)
         return k.transpose(-2, -1).contiguous(), v.contiguous()
 
-    def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor, where: StepPositions) -> Tensor:
-        """One position per row, x: (R, 1, d_model), against the cached K^T and V of project_kv_for_steps,
-        one slot per sentence; bias: (B, 1, 1, S), 0 on tokens and -inf on padding. The rows are put in the
-        slots' order and back when the two differ (where.to_slots)."""
+    def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        """One position per row, x: (R, 1, d_model) with the rows of a sentence together, in the order of the
+        sentences' keys and values: the cached K^T (B, h, d_k, S) and V of project_kv_for_steps; bias: (B, 1, 1,
+        S), 0 on tokens and -inf on padding."""
         R, _, d_model = x.shape
         B, h, d_k, S = k_t.shape
-        if where.to_slots is not None:
-            x = x.index_select(0, where.to_slots)
         q = self.q(x).view(B, R // B, h, d_k).transpose(1, 2)  # (B, h, beams, d_k)
         y = step_attention(q, k_t, v, bias).transpose(1, 2).reshape(R, 1, d_model)  # (R, 1, d_model)
-        if where.from_slots is not None:
-            y = y.index_select(0, where.from_slots)
         return self.out(y)
 
     def forward(self, x: Tensor, kv: KV, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:

@@ -100,7 +100,6 @@ class Int8Embedding(nn.Module):
 
 
 Rows = dict[str, tuple[Tensor, Tensor]]  # a float weight's name -> its int8 rows and their scales
-SCALE_SUFFIX = ".int8_scale"  # in an int8 checkpoint, the scales of the int8 tensor named before the suffix
 
 
 def int8_names(model: Transformer) -> list[str]:

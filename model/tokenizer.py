@@ -10,6 +10,7 @@ from typing import Any
 
 import sentencepiece as spm
 
+from model.config import ModelConfig
 from model.errors import CheckpointError, ConfigError, InputError, check_readable
 
 
@@ -139,6 +140,11 @@ class Tokenizer:
     def encode_source(self, text: str) -> list[int]:
         """Source ids of text, ending in EOS."""
         return self.source.to_ids(self.source.encode(text)) + [self.special.eos]
+
+    def source_ids(self, text: str, model: ModelConfig, truncate: bool) -> list[int]:
+        """Source ids of text as the model's encoder takes them (ModelConfig.source_ids: its length limit, and
+        the first tokens of a document for a summarizer that reads only those)."""
+        return model.source_ids(self.encode_source(text), self.special.eos, truncate)
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids of text, ending in EOS (the decoder's training labels)."""

@@ -13,13 +13,9 @@ from model.cache import DecoderCache, LayerCache, StepPositions
 from model.config import ModelConfig
 from model.copy import Copy, CopySource
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
+from model.masks import bias_of, key_mask
 from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
 from model.quantize import Int8Linear
-
-
-def key_mask(src_mask: Tensor) -> Tensor:
-    """(B, S) True-on-tokens -> (B, 1, 1, S), broadcast over heads and queries."""
-    return src_mask[:, None, None, :]
 
 
 class EncoderLayer(nn.Module):
@@ -69,7 +65,8 @@ class DecoderLayer(nn.Module):
     def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, where: StepPositions) -> Tensor:
         """The next position of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
         x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, where))
-        c = self.cross_attn.step(self.cross_norm.enter(x), cache.cross_k_t, cache.cross_v, cross_bias, where)
+        q = where.in_slot_order(self.cross_norm.enter(x))  # the rows of each sentence at its keys' slot
+        c = where.in_row_order(self.cross_attn.step(q, cache.cross_k_t, cache.cross_v, cross_bias))
         x = self.cross_norm.exit(x, c)
         return self.ffn_norm.exit(x, self.ffn(self.ffn_norm.enter(x)))
 
@@ -201,7 +198,7 @@ class Transformer(nn.Module):
         hidden, _ = self.decode(tgt, memory, src_mask)
         if self.copy is None:
             return self.logits(hidden if keep is None else hidden[keep])
-        bias = memory.new_zeros(src_mask.shape).masked_fill_(~src_mask, float("-inf"))[:, None, :]  # (B, 1, S)
+        bias = bias_of(src_mask, memory.dtype)[:, None, :]  # (B, 1, S)
         a, p_gen = self.copy.attend(hidden, self.copy.keys_t(memory), bias, tgt, src)  # (B, T, S), (B, T, 1)
         B, T, S = a.shape
         ids = src[:, None, :].expand(B, T, S)
@@ -226,8 +223,7 @@ class Transformer(nn.Module):
             LayerCache(kv=torch.zeros_like(kv), spare=torch.zeros_like(kv), cross_k_t=k_t, cross_v=v)
             for k_t, v in (layer.cross_attn.project_kv_for_steps(memory) for layer in self.decoder_layers)
         )
-        mask = key_mask(src_mask)
-        bias = memory.new_zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # (B, 1, 1, S)
+        bias = bias_of(key_mask(src_mask), memory.dtype)  # (B, 1, 1, S)
         copy = None
         if self.copy is not None:
             assert src is not None, "a copying model's cache needs the source ids"
@@ -244,8 +240,8 @@ class Transformer(nn.Module):
             cache = cache.grown(positions)
         where = cache.positions()
         x = self.tgt_embed.at(tokens, where)  # (R, 1, d_model)
-        for layer, state in zip(self.decoder_layers, cache.layers, strict=True):
-            x = layer.step(x, state, cache.cross_bias, where)
+        for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
+            x = layer.step(x, layer_cache, cache.cross_bias, where)
         hidden = self.decoder_norm(x[:, 0])  # (R, d_model)
         logits = self.logits(hidden)
         if self.copy is not None and cache.copy is not None:
@@ -258,14 +254,12 @@ class Transformer(nn.Module):
         """The step's logits mixed with copying (model.copy): each row attends over its sentence's slot."""
         assert self.copy is not None and cache.copy is not None
         R, B = hidden.size(0), cache.sentences
-        if where.to_slots is not None:
-            hidden, tokens = hidden.index_select(0, where.to_slots), tokens.index_select(0, where.to_slots)
+        hidden, tokens = where.in_slot_order(hidden), where.in_slot_order(tokens)
         bias = cache.cross_bias[:, 0]  # (B, 1, S)
         a, p_gen = self.copy.attend(
             hidden.view(B, R // B, -1), cache.copy.keys_t, bias, tokens.view(B, R // B), cache.copy.ids
         )  # (B, beams, S), (B, beams, 1)
         ids = cache.copy.ids[:, None, :].expand(B, R // B, -1).reshape(R, -1)  # (R, S)
         a, p_gen = a.reshape(R, -1), p_gen.reshape(R, 1)  # (R, S), (R, 1)
-        if where.from_slots is not None:
-            a, p_gen, ids = (x.index_select(0, where.from_slots) for x in (a, p_gen, ids))
+        a, p_gen, ids = where.in_row_order(a), where.in_row_order(p_gen), where.in_row_order(ids)
         return self.copy.mix(logits, a, p_gen, ids)

@@ -4,66 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from model.beam import BeamLoop, Hypothesis, search_all
-from model.checkpoint import CheckpointMeta, load_checkpoint, load_int8_checkpoint, read_meta
+from model.beam import Admission, BeamLoop, search_all
+from model.checkpoint import CheckpointMeta, load_checkpoint, read_meta
 from model.config import DTYPE_NAMES, DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
+from model.int8_checkpoint import load_int8_checkpoint
+from model.output import AttentionMaps, Hypothesis, Output
 from model.quantize import check_int8, quantize_transformer
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class AttentionMaps:
-    """Attention of one hypothesis; every tensor is (N, h, queries, keys) on the CPU, in float32."""
-
-    source_tokens: list[str]  # source pieces, ending in EOS
-    target_tokens: list[str]  # output pieces, ending in EOS
-    cross: Tensor  # (N_dec, h, T, S): each output token over the source (§3.2.3)
-    encoder: Tensor | None = None  # (N, h, S, S)
-    decoder: Tensor | None = None  # (N_dec, h, T, T), causal
-
-
-@dataclass(frozen=True)
-class Result:
-    """One hypothesis as text."""
-
-    text: str
-    tokens: list[str]
-    score: float
-    attention: AttentionMaps | None = None
-
-
-@dataclass(frozen=True)
-class Translation:
-    """The n-best list of one input, best first; text, tokens, score and attention are the best one's."""
-
-    hypotheses: list[Result] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return self.hypotheses[0].text
-
-    @property
-    def tokens(self) -> list[str]:
-        return self.hypotheses[0].tokens
-
-    @property
-    def score(self) -> float:
-        return self.hypotheses[0].score
-
-    @property
-    def attention(self) -> AttentionMaps | None:
-        return self.hypotheses[0].attention
 
 
 def default_device() -> str:
@@ -148,21 +104,18 @@ class Translator:
             raise ConfigError(str(e)) from e
 
     def encode(self, texts: Sequence[str], truncate: bool = False) -> list[list[int]]:
-        """Source ids per text, each within the model's length limit (of a summarizer that reads only a
-        document's first tokens, those: ModelConfig.read_first)."""
+        """Source ids per text as the encoder takes them (ModelConfig.source_ids: within the model's length limit;
+        of a summarizer that reads only a document's first tokens, those)."""
         if isinstance(texts, str):
             raise InputError("texts must be a list of strings, not one string")
-        limit = self.model.cfg.max_len
         out = []
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise InputError(f"input {i} is {type(text).__name__}, not a string")
-            ids = self.model.cfg.read(self.tokenizer.encode_source(text), self.tokenizer.special.eos)
-            if len(ids) > limit:
-                if not truncate:
-                    raise InputTooLongError(i, len(ids), limit)
-                ids = ids[: limit - 1] + [self.tokenizer.special.eos]
-            out.append(ids)
+            try:
+                out.append(self.tokenizer.source_ids(text, self.model.cfg, truncate))
+            except InputTooLongError as e:
+                raise InputTooLongError(e.length, e.limit, index=i) from None
         return out
 
     def translate(
@@ -175,33 +128,30 @@ class Translator:
         max_batch_size: int = 32,
         max_batch_tokens: int = 8192,
         **options: Any,
-    ) -> list[Translation]:
+    ) -> list[Output]:
         """Translate texts with config (default: the checkpoint's own, else the paper's beam search), any of its fields
-        overridden by keyword options (beam_size=5, early_stopping=False, ...). One Translation per text, in order."""
+        overridden by keyword options (beam_size=5, early_stopping=False, ...). One Output per text, in order."""
         cfg = self.decoding_config(config, **options)
         ids = self.encode(texts, truncate)
-        results: list[Translation | None] = [None] * len(ids)
+        outputs: list[Output | None] = [None] * len(ids)
         for i, nbest in self.search_refilled(ids, cfg, max_batch_size, max_batch_tokens):
-            results[i] = Translation([self.result(ids[i], h, return_attention) for h in nbest])
-        return [r for r in results if r is not None]
+            outputs[i] = Output([self.read(ids[i], h, return_attention) for h in nbest])
+        return [o for o in outputs if o is not None]
 
     def search_refilled(
         self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32, max_tokens: int = 8192
     ) -> Iterator[tuple[int, list[Hypothesis]]]:
         """(index, n-best) of every source, as each finishes: one continuous search, shortest sources first,
         holding at most max_size sentences and max_tokens source tokens (padding counted), refilled as
-        sentences finish (once a quarter of the rows is free, so that joining costs little)."""
+        sentences finish (once a quarter of the rows is free, so that joining costs little: Admission)."""
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))[::-1]  # popped from the end: shortest first
         loop = self.loop(cfg.beam_size, max_size)
+        admission = Admission(max_size, max_tokens, together=max_size // 4, wait_steps=None)
         while order or loop:
-            free = max_size - len(loop)
-            if order and (not loop or free >= min(len(order), max(1, max_size // 4))):
+            if admission.due(len(loop), len(order)):
+                held = {"loop": (len(loop), loop.source_length)}
                 take: list[int] = []
-                longest = loop.source_length
-                while order and len(loop) + len(take) < max_size:
-                    longest = max(longest, len(ids[order[-1]]))
-                    if (len(loop) or take) and (len(loop) + len(take) + 1) * longest > max_tokens:
-                        break
+                while order and admission.fits(held, "loop", len(ids[order[-1]])):
                     take.append(order.pop())
                 loop.admit([ids[i] for i in take], [cfg] * len(take), take)
             for sentence in loop.step():
@@ -218,10 +168,11 @@ class Translator:
         """Beam search over one batch of source ids; stop as beam_search takes it."""
         return search_all(self.model, batch, [cfg] * len(batch), self.tokenizer.special, stop)
 
-    def result(self, src_ids: list[int], hyp: Hypothesis, return_attention: bool) -> Result:
-        tokens = self.tokenizer.target_pieces(hyp.tokens)
-        attention = self.attention(src_ids, hyp.tokens) if return_attention else None
-        return Result(self.tokenizer.decode_target(hyp.tokens), tokens, hyp.score, attention)
+    def read(self, src_ids: list[int], hyp: Hypothesis, return_attention: bool = False) -> Hypothesis:
+        """The hypothesis with its text and tokens (pieces), and its attention maps when asked for."""
+        attention = self.attention(src_ids, hyp.ids) if return_attention else None
+        text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
+        return dataclasses.replace(hyp, text=text, tokens=tokens, attention=attention)
 
     @torch.inference_mode()
     def attention(self, src_ids: list[int], out_ids: list[int]) -> AttentionMaps:

@@ -1,19 +1,9 @@
-"""The service's exceptions and their one mapping to HTTP responses: every error has the same JSON shape,
-{"error": {"code", "message", "details"}}."""
+"""The service's exceptions, each with its HTTP status and code: the one mapping of errors to HTTP (the API answers
+them all in one shape, service.api.handlers)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from service.schemas import UNION_TAGS
-
-log = logging.getLogger("service")
 
 
 class ServiceError(Exception):
@@ -40,10 +30,28 @@ class BadRequest(ServiceError):
 
 
 class InvalidRequest(ServiceError):
+    """A request that does not validate: its fields, each with what is wrong with it."""
+
     status, code = 422, "invalid_request"
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}", details=[{"field": field, "message": message}])
+
+    @classmethod
+    def of(cls, details: list[dict[str, str]], more: int = 0) -> InvalidRequest:
+        """Several fields' errors (details: field and message each), and a count of those left out."""
+        e = cls(details[0]["field"], details[0]["message"])
+        e.message = "; ".join(f"{d['field']}: {d['message']}" for d in details)
+        e.message += f"; and {more} more errors" if more else ""
+        e.details = details
+        return e
+
+
+class MalformedJson(ServiceError):
+    status, code = 422, "malformed_json"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the request body is not valid JSON: {reason}", [{"field": "body", "message": reason}])
 
 
 class Unauthorized(ServiceError):
@@ -55,6 +63,10 @@ class Unauthorized(ServiceError):
 
 class NotFound(ServiceError):
     status, code = 404, "not_found"
+
+
+class MethodNotAllowed(ServiceError):
+    status, code = 405, "method_not_allowed"
 
 
 class ModelNotFound(NotFound):
@@ -111,83 +123,13 @@ class ClientClosed(ServiceError):
     status, code = 499, "client_closed_request"
 
 
-class TaskFailed(ServiceError):
+class JobFailed(ServiceError):
     """Decoding failed on the worker (a bug or a crash loop), not because of the input."""
 
-    status, code = 500, "task_failed"
+    status, code = 500, "job_failed"
 
 
 class ResultTooLarge(ServiceError):
     """The answer would be more than the queue carries (TRANSFORMER_MAX_RESULT_BYTES)."""
 
     status, code = 413, "result_too_large"
-
-
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
-
-
-def error_response(e: ServiceError) -> JSONResponse:
-    return JSONResponse(error_body(e.code, e.message, e.details), e.status, headers=e.headers)
-
-
-MAX_ERRORS = 10  # validation errors listed in one answer; the rest are counted
-
-
-def _field(loc: tuple[Any, ...]) -> str:
-    """A validation error's location, without union labels; a client's own key (an unknown field) escaped."""
-    parts = [
-        p
-        if isinstance(p, str) and p.isidentifier() and len(p) <= 40
-        else str(p)
-        if isinstance(p, int)
-        else shown(p, 40)
-        for p in loc
-        if p != "body" and p not in UNION_TAGS
-    ]
-    return ".".join(str(p) for p in parts) if parts else "body"
-
-
-def _message(error: Any) -> str:
-    if error["type"] == "string_unicode":
-        return "invalid Unicode (a lone surrogate, such as \\ud800); send UTF-8 text"
-    return str(error["msg"])
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """The one place where exceptions become HTTP status codes."""
-
-    @app.exception_handler(ServiceError)
-    async def service_error(_: Request, e: ServiceError) -> JSONResponse:
-        return error_response(e)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, e: RequestValidationError) -> JSONResponse:
-        errors = e.errors()
-        bad_json = [err for err in errors if err["type"] == "json_invalid"]
-        if bad_json:
-            reason = str(bad_json[0].get("ctx", {}).get("error", "JSON decode error"))
-            return JSONResponse(
-                error_body(
-                    "malformed_json",
-                    f"the request body is not valid JSON: {reason}",
-                    [{"field": "body", "message": reason}],
-                ),
-                422,
-            )
-        # Only the messages go back, never the input values (they may be huge); at most MAX_ERRORS of them.
-        details = [{"field": _field(err["loc"]), "message": _message(err)} for err in errors[:MAX_ERRORS]]
-        message = "; ".join(f"{d['field']}: {d['message']}" for d in details)
-        if len(errors) > MAX_ERRORS:
-            message += f"; and {len(errors) - MAX_ERRORS} more errors"
-        return JSONResponse(error_body("invalid_request", message, details), 422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return JSONResponse(error_body(code, str(e.detail)), e.status_code, headers=getattr(e, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, e: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(error_body("internal", f"internal error: {type(e).__name__}"), 500)

@@ -1,8 +1,12 @@
-"""The model registry: every checkpoint in the models directory, by id (its directory name)."""
+"""The model registry: every checkpoint in the models directory, by id (its directory name): what the API needs
+to check a request without the weights, and the weights for a worker."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,9 +15,10 @@ from model.errors import CheckpointError, InputError, ModelError
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 from service.errors import InvalidRequest, ModelNotFound
-from service.tasks import Task
+from service.settings import ServiceSettings
 
 log = logging.getLogger("service")
+MODELS_POLL_S = 5.0  # how often an empty models directory is looked at again
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,12 @@ class ModelInfo:
         return "int8" if self.meta.weights == "int8" else configured
 
     def source_length(self, text: str, field: str, truncate: bool) -> int:
-        """Source tokens of text (EOS included); InvalidRequest when it is longer than the model takes."""
+        """Source tokens of text as the encoder takes them (EOS included); InvalidRequest when the model cannot
+        take it (too long without truncate, invalid Unicode)."""
         try:
-            n = len(self.meta.model.read(self.tokenizer.encode_source(text), self.tokenizer.special.eos))
+            return len(self.tokenizer.source_ids(text, self.meta.model, truncate))
         except InputError as e:
             raise InvalidRequest(field, str(e)) from None
-        if n > self.max_len and not truncate:
-            raise InvalidRequest(
-                field, f"{n} tokens, more than the model's limit of {self.max_len}; shorten it or pass truncate=true"
-            )
-        return min(n, self.max_len)
 
 
 class Registry:
@@ -108,11 +109,11 @@ class Registry:
             "name one with 'model' or narrow 'source' and 'target'",
         )
 
-    def lengths(self, task: Task, field: str = "q") -> list[int]:
-        """Validate a task's texts against its model; returns each one's source tokens. CPU work: callers
-        on the event loop run it in a thread for all but short texts."""
-        info = self.get(task.model)
-        return [info.source_length(t, f"{field}[{i}]", task.truncate) for i, t in enumerate(task.texts)]
+    def lengths(self, model: str, texts: list[str], truncate: bool, field: str = "q") -> list[int]:
+        """Check texts against a model; returns each one's source tokens. CPU work: callers on the event loop
+        run it in a thread for all but short texts."""
+        info = self.get(model)
+        return [info.source_length(t, f"{field}[{i}]", truncate) for i, t in enumerate(texts)]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
         """Load every model's weights and warm it up with one short decode. An int8 checkpoint (`transformer
@@ -124,3 +125,41 @@ class Registry:
             out[info.id] = translator
             log.info("loaded %s (%s) on %s", info.id, info.task, translator.device)
         return out
+
+
+def no_models_reason(settings: ServiceSettings, registry: Registry) -> str:
+    where = settings.models_dir
+    if not where.is_dir():
+        return f"the models directory {where} does not exist (TRANSFORMER_MODELS_DIR, --models-dir)"
+    broken = f"; {len(registry.errors)} could not be read (GET /models says why)" if registry.errors else ""
+    return f"no models in {where}: put a checkpoint directory there (see the README's Models){broken}"
+
+
+def wait_for_models(
+    settings: ServiceSettings, stop: threading.Event, waiting: Callable[[Registry, str], None] | None = None
+) -> Registry | None:
+    """The registry once the models directory holds a model, looking again every MODELS_POLL_S, with a warning
+    (and the empty registry with the reason to `waiting`, for /readyz) while it holds none; None when stop is set
+    first."""
+    warned = False
+    while True:
+        registry = Registry.scan(settings.models_dir)
+        if registry.models:
+            if warned:
+                log.info("models found in %s: %s", settings.models_dir, ", ".join(registry.ids))
+            return registry
+        reason = no_models_reason(settings, registry)
+        if waiting is not None:
+            waiting(registry, reason)
+        if not warned:
+            log.warning("%s; waiting for one (looking every %.0f s)", reason, MODELS_POLL_S)
+            warned = True
+        if stop.wait(MODELS_POLL_S):
+            return None
+
+
+def freeze_loaded() -> None:
+    """Put everything loaded so far (torch, the models, the app: some 300,000 objects) beyond the garbage
+    collector's reach: each of its full collections would walk them all again while requests wait."""
+    gc.collect()
+    gc.freeze()

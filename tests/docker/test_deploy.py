@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from model.translator import Translator
-from service.keys import Keys
+from service.queue.keys import Keys
 from tests.conftest import SPM_VOCAB, make_sentences, save_random_checkpoint
 
 ROOT = Path(__file__).parents[2]
@@ -31,7 +31,7 @@ IMAGE = "transformer-service:cpu"  # the tag docker/compose.yaml names
 ENGINE_SCRIPTS = (ROOT.parent / "shared" / "tools" / "docker-engine.sh", Path("/work/shared/tools/docker-engine.sh"))
 OPTIONS = {"beam_size": 4, "max_length": 16}
 KEYS = Keys()  # the default prefix, as compose.yaml leaves it
-# The shipped compose file, with the API on a free port of the loopback interface, tasks of a killed worker
+# The shipped compose file, with the API on a free port of the loopback interface, jobs of a killed worker
 # reclaimed after 3 s rather than 30, and 2 texts a batch so that a job lasts long enough to be hit mid-way.
 OVERRIDE = """
 services:

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from model.beam import Hypothesis, beam_search
+from model.beam import beam_search
 from model.config import DecodingConfig
+from model.output import Hypothesis
 from model.transformer import Transformer
 from tests.conftest import SPECIAL, build_model, pad_ids, random_source, tiny_config
 
@@ -125,14 +126,14 @@ def test_beam_1_equals_greedy(early_stopping: bool, alpha: float) -> None:
     results = search(
         model, srcs, beam_size=1, max_len_a=0.0, max_len_b=limit, length_penalty=alpha, early_stopping=early_stopping
     )
-    assert [r[0].tokens for r in results] == expected
+    assert [r[0].ids for r in results] == expected
 
 
 def test_beam_1_equals_greedy_one_sentence_at_a_time() -> None:
     model, limit = biased_model(eos_bias=7.0, seed=2), 10
     for s in sources(seed=5)[:4]:
         [[hyp]] = search(model, [s], beam_size=1, max_len_a=0.0, max_len_b=limit, early_stopping=True)
-        assert hyp.tokens == greedy(model, s, limit)
+        assert hyp.ids == greedy(model, s, limit)
 
 
 # -- batching ------------------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def test_sentence_alone_equals_sentence_in_a_padded_batch(early_stopping: bool) 
     assert len(together) == len(batch)
     for i, s in enumerate(batch):
         [alone] = search(model, [s], **options)
-        assert [h.tokens for h in together[i]] == [h.tokens for h in alone]
+        assert [h.ids for h in together[i]] == [h.ids for h in alone]
         for a, b in zip(together[i], alone, strict=True):
             assert a.score == pytest.approx(b.score, abs=1e-4)
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
@@ -155,7 +156,7 @@ def test_sentence_alone_equals_sentence_in_a_padded_batch(early_stopping: bool) 
 
 def test_outputs_differ_between_sources() -> None:
     results = search(biased_model(), sources(), beam_size=4, max_len_b=6)
-    assert len({tuple(r[0].tokens) for r in results}) >= 3
+    assert len({tuple(r[0].ids) for r in results}) >= 3
 
 
 # -- n-best lists, scores and length penalties ---------------------------------------------------
@@ -168,7 +169,7 @@ def test_n_best_lists_are_sorted_and_distinct(n_best: int) -> None:
         assert len(hyps) == n_best
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True)
-        assert len({tuple(h.tokens) for h in hyps}) == n_best
+        assert len({tuple(h.ids) for h in hyps}) == n_best
 
 
 @pytest.mark.parametrize("form", ["gnmt", "average"])
@@ -191,10 +192,10 @@ def test_scores_are_log_prob_over_length_penalty(form: str, alpha: float) -> Non
     lengths = set()
     for s, hyps in zip(srcs, search(model, srcs, **cfg), strict=True):
         for h in hyps:
-            assert len(h.tokens) < limit  # ended by EOS
-            lengths.add(len(h.tokens))
-            assert h.log_prob == pytest.approx(forced_log_prob(model, s, h.tokens + [SPECIAL.eos]), abs=1e-4)
-            assert h.score == pytest.approx(h.log_prob / lp(len(h.tokens) + 1), rel=1e-6, abs=1e-6)
+            assert len(h.ids) < limit  # ended by EOS
+            lengths.add(len(h.ids))
+            assert h.log_prob == pytest.approx(forced_log_prob(model, s, h.ids + [SPECIAL.eos]), abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / lp(len(h.ids) + 1), rel=1e-6, abs=1e-6)
     assert len(lengths) > 1
 
 
@@ -212,9 +213,9 @@ def test_hypotheses_at_the_length_limit_are_scored_consistently() -> None:
     }
     for s, hyps in zip(srcs, search(model, srcs, **cfg), strict=True):
         for h in hyps:
-            assert len(h.tokens) == limit
-            without_eos = forced_log_prob(model, s, h.tokens)
-            with_eos = forced_log_prob(model, s, h.tokens + [SPECIAL.eos])
+            assert len(h.ids) == limit
+            without_eos = forced_log_prob(model, s, h.ids)
+            with_eos = forced_log_prob(model, s, h.ids + [SPECIAL.eos])
             cut = h.log_prob == pytest.approx(without_eos, abs=1e-4) and h.score == pytest.approx(h.log_prob / limit)
             forced = h.log_prob == pytest.approx(with_eos, abs=1e-4) and h.score == pytest.approx(
                 h.log_prob / (limit + 1)
@@ -259,9 +260,9 @@ def test_early_stopping_false_keeps_searching_while_a_longer_hypothesis_can_win(
     src = sources([4])
     [[eager]] = search(model, src, early_stopping=True, **cfg)
     [[patient]] = search(model, src, early_stopping=False, **cfg)
-    assert eager.tokens == []
+    assert eager.ids == []
     assert eager.score == pytest.approx(-math.log1p(math.exp(-1.5)), abs=1e-3)
-    assert patient.tokens == [y, *chain]
+    assert patient.ids == [y, *chain]
     assert patient.score == pytest.approx(-(1.5 + math.log1p(math.exp(-1.5))) / 12, abs=1e-3)
 
 
@@ -284,10 +285,10 @@ def test_min_length_is_honoured(min_length: int) -> None:
     model = biased_model(eos_bias=9.0)
     srcs = sources()
     unconstrained = search(model, srcs, beam_size=4, n_best=4, max_len_b=20)
-    assert min(len(h.tokens) for hyps in unconstrained for h in hyps) < min_length
+    assert min(len(h.ids) for hyps in unconstrained for h in hyps) < min_length
     for hyps in search(model, srcs, beam_size=4, n_best=4, max_len_b=20, min_length=min_length):
         assert len(hyps) == 4
-        assert all(len(h.tokens) >= min_length for h in hyps)
+        assert all(len(h.ids) >= min_length for h in hyps)
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -296,11 +297,11 @@ def test_no_repeat_ngram_size(n: int) -> None:
     srcs = sources()[:4]
     options = {"beam_size": 4, "n_best": 4, "max_len_a": 0.0, "max_len_b": 12}
     repeating = search(model, srcs, **options)
-    assert all(has_repeated_ngram(h.tokens, n) for hyps in repeating for h in hyps)
+    assert all(has_repeated_ngram(h.ids, n) for hyps in repeating for h in hyps)
     for hyps in search(model, srcs, no_repeat_ngram_size=n, **options):
         for h in hyps:
-            assert not has_repeated_ngram(h.tokens, n)
-            assert not has_repeated_ngram([SPECIAL.decoder_start, *h.tokens], n)
+            assert not has_repeated_ngram(h.ids, n)
+            assert not has_repeated_ngram([SPECIAL.decoder_start, *h.ids], n)
 
 
 @pytest.mark.parametrize(("a", "b"), [(0.0, 4), (0.5, 2), (1.0, 0), (1.5, 1), (2.0, 3)])
@@ -312,7 +313,7 @@ def test_max_len_a_b_limit_the_output(a: float, b: int) -> None:
     for n, hyps in zip(lengths, results, strict=True):
         limit = int(a * n + b)  # tokens, EOS not counted; n counts the source's EOS
         assert len(hyps) == 3
-        assert all(len(h.tokens) == limit for h in hyps), (n, limit, [len(h.tokens) for h in hyps])
+        assert all(len(h.ids) == limit for h in hyps), (n, limit, [len(h.ids) for h in hyps])
 
 
 def test_zero_length_limit_gives_empty_outputs() -> None:
@@ -320,20 +321,20 @@ def test_zero_length_limit_gives_empty_outputs() -> None:
     model = biased_model(eos_bias=-20.0)
     results = search(model, sources([3, 25]), beam_size=2, n_best=1, max_len_a=0.1, max_len_b=0)
     assert [len(hyps) for hyps in results] == [1, 1]
-    assert results[0][0].tokens == []  # limit int(0.1 * 3) = 0
-    assert len(results[1][0].tokens) == 2  # limit int(0.1 * 25) = 2
+    assert results[0][0].ids == []  # limit int(0.1 * 3) = 0
+    assert len(results[1][0].ids) == 2  # limit int(0.1 * 25) = 2
     [alone] = search(model, sources([3]), beam_size=2, n_best=1, max_len_a=0.1, max_len_b=0)
-    assert [h.tokens for h in alone] == [[]]
+    assert [h.ids for h in alone] == [[]]
 
 
 def test_outputs_stay_within_the_models_positions() -> None:
     model = biased_model(eos_bias=-20.0, max_len=12)
     for hyps in search(model, sources([5, 11]), beam_size=2, n_best=2, max_len_b=50):
-        assert all(len(h.tokens) == 11 for h in hyps)  # max_len - 1: the decoder start takes a position
+        assert all(len(h.ids) == 11 for h in hyps)  # max_len - 1: the decoder start takes a position
 
 
 def test_banned_ids_are_never_generated() -> None:
     model = biased_model(eos_bias=-20.0, t10=4.0, t0=4.0, t2=4.0)  # likes pad, decoder start and 10
     results = search(model, sources(), beam_size=4, n_best=4, max_len_b=6, banned_ids=(10,))
-    tokens = {t for hyps in results for h in hyps for t in h.tokens}
+    tokens = {t for hyps in results for h in hyps for t in h.ids}
     assert tokens and not tokens & {10, SPECIAL.pad, SPECIAL.decoder_start, SPECIAL.eos}

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from model.beam import BeamLoop, Hypothesis, pad_batch, search_all, survivors
+from model.beam import BeamLoop, search_all, survivors
 from model.cache import DecoderCache, _row_capacity, row_spans
 from model.config import DecodingConfig
+from model.masks import pad_batch
+from model.output import Hypothesis
 from tests.conftest import SPECIAL
 from tests.model.test_beam import biased_model, sources
 
@@ -35,7 +37,7 @@ def alone(model: Any, src: list[int], cfg: DecodingConfig) -> list[Hypothesis]:
 
 
 def assert_same(got: list[Hypothesis], want: list[Hypothesis]) -> None:
-    assert [h.tokens for h in got] == [h.tokens for h in want]
+    assert [h.ids for h in got] == [h.ids for h in want]
     for a, b in zip(got, want, strict=True):
         assert a.score == pytest.approx(b.score, abs=1e-4)
         assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
@@ -101,7 +103,7 @@ def test_a_short_sentence_joining_a_long_one_late_equals_its_search_alone(copy: 
     long_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=60, min_length=40)
     short_cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=25, n_best=2, no_repeat_ngram_size=2)
     got, _ = run_with_arrivals(BeamLoop(model, SPECIAL, 4), {0: [(0, long, long_cfg)], 20: [(1, short, short_cfg)]})
-    assert len(got[0][0].tokens) >= 40
+    assert len(got[0][0].ids) >= 40
     assert_same(got[0], alone(model, long, long_cfg))
     assert_same(got[1], alone(model, short, short_cfg))
 
@@ -120,7 +122,7 @@ def test_the_cache_grows_no_further_than_the_longest_output_limit_of_its_sentenc
 
     got, _ = run_with_arrivals(BeamLoop(model, SPECIAL, 2), {0: [(0, first, cfg)], 10: [(1, second, cfg)]}, capacity)
     assert capacities[0] == 32 and max(capacities) == 70  # doubling would have reached 84 or 128
-    assert [len(got[t][0].tokens) for t in (0, 1)] == [70, 70]
+    assert [len(got[t][0].ids) for t in (0, 1)] == [70, 70]
     assert_same(got[0], alone(model, first, cfg))
     assert_same(got[1], alone(model, second, cfg))
 
@@ -225,7 +227,7 @@ def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9(copy: bool)
     assert spans > 20 and out_of_order > 20, "rows should be cut into ranges, and slots differ from rows"
     for i, src in enumerate(srcs):
         want = alone(model, src, cfgs[i])
-        assert [h.tokens for h in got[i]] == [h.tokens for h in want]
+        assert [h.ids for h in got[i]] == [h.ids for h in want]
         assert got[i][0].score == pytest.approx(want[0].score, abs=1e-9)
 
 

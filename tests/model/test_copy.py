@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from model.beam import search_all
-from model.checkpoint import quantize_checkpoint
 from model.config import DecodingConfig, ModelConfig
 from model.errors import ConfigError
+from model.int8_checkpoint import quantize_checkpoint
 from model.quantize import Int8Linear
 from model.transformer import Transformer
 from model.translator import Translator
@@ -73,11 +73,11 @@ def test_a_strong_follow_copies_runs_of_the_source() -> None:
     srcs = [[10, 11, 12, 13, 14, 15, SPECIAL.eos], [20, 21, 22, 23, SPECIAL.eos], [30, 31, 32, 33, 34, SPECIAL.eos]]
     cfg = DecodingConfig(beam_size=3, max_len_a=0.0, max_len_b=10, min_length=1)
     for src, [best] in zip(srcs, search_all(model, srcs, [cfg] * 3, SPECIAL), strict=True):
-        start = src.index(best.tokens[0])
-        assert best.tokens == src[start:-1], (src, best.tokens)  # on to the source's end, then its EOS
+        start = src.index(best.ids[0])
+        assert best.ids == src[start:-1], (src, best.ids)  # on to the source's end, then its EOS
     plain = follow_model(follow=0.0, gate_bias=-40.0)  # without the bonus, copies come in any order
     runs = [
-        h.tokens == src[src.index(h.tokens[0]) : -1]
+        h.ids == src[src.index(h.ids[0]) : -1]
         for src, [h] in zip(srcs, search_all(plain, srcs, [cfg] * 3, SPECIAL), strict=True)
     ]
     assert not all(runs)
@@ -133,7 +133,7 @@ def test_a_closed_gate_generates_only_words_of_the_source() -> None:
     srcs = [[10, 11, 12, 13, 14, 15, SPECIAL.eos], [20, 21, SPECIAL.eos], [30, 31, 32, 33, SPECIAL.eos]]
     cfg = DecodingConfig(beam_size=3, n_best=3, max_len_a=0.0, max_len_b=8)
     for src, hyps in zip(srcs, search_all(model, srcs, [cfg] * 3, SPECIAL), strict=True):
-        assert hyps and all(set(h.tokens) <= set(src) for h in hyps)
+        assert hyps and all(set(h.ids) <= set(src) for h in hyps)
 
 
 @pytest.mark.parametrize("follow", [False, True])

@@ -17,8 +17,8 @@ from model.commands import add_decoding_options
 from model.config import DecodingConfig
 from model.errors import CheckpointError
 from model.translator import Translator
+from service.api.schemas import DecodeOptions
 from service.cli import main
-from service.schemas import DecodeOptions
 from tests.conftest import make_sentences
 
 OWN = {"beam_size": 3, "n_best": 2, "max_len_a": 0.0, "max_len_b": 3, "no_repeat_ngram_size": 2}

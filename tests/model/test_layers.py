@@ -211,13 +211,13 @@ def test_cross_attention_step_equals_forward() -> None:
     mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
     bias = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
     expected, _ = layer(x, layer.project_kv(memory), mask)
-    torch.testing.assert_close(
-        layer.step(x, *layer.project_kv_for_steps(memory), bias, StepPositions(0)), expected, atol=1e-5, rtol=1e-5
-    )
-    # The sentences' slots swapped: rows go to their sentence's slot and come back in their own order.
+    torch.testing.assert_close(layer.step(x, *layer.project_kv_for_steps(memory), bias), expected, atol=1e-5, rtol=1e-5)
+    # The sentences' slots swapped: the cache's positions put rows in their sentence's slot and back.
     swapped = torch.tensor([3, 4, 5, 0, 1, 2])
     where = StepPositions(0, to_slots=swapped, from_slots=swapped)
-    got = layer.step(x, *layer.project_kv_for_steps(memory.flip(0)), bias.flip(0), where)
+    got = where.in_row_order(
+        layer.step(where.in_slot_order(x), *layer.project_kv_for_steps(memory.flip(0)), bias.flip(0))
+    )
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 

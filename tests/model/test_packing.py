@@ -30,7 +30,7 @@ def test_packed_model_computes_the_same() -> None:
         cfg = DecodingConfig(beam_size=3, n_best=2, max_len_b=12)
         want = beam_search(plain, src, mask, cfg, SPECIAL)
         got = beam_search(packed, src, mask, cfg, SPECIAL)
-    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+    assert [[h.ids for h in n] for n in got] == [[h.ids for h in n] for n in want]
 
 
 def test_training_through_a_packed_model_uses_the_live_weights() -> None:

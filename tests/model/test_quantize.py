@@ -15,9 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_checkpoint, load_int8_checkpoint, read_meta
+from model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_checkpoint, read_meta
 from model.errors import CheckpointError, ConfigError
-from model.quantize import SCALE_SUFFIX, Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
+from model.int8_checkpoint import SCALE_SUFFIX, load_int8_checkpoint
+from model.quantize import Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
 from model.translator import Translator
 from service.cli import main
 

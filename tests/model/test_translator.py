@@ -9,7 +9,8 @@ import sentencepiece as spm
 import torch
 
 from model.errors import ConfigError, InputError, InputTooLongError
-from model.translator import Translation, Translator
+from model.output import Output
+from model.translator import Translator
 from tests.conftest import make_sentences, save_random_checkpoint
 
 FAST = {"max_len_a": 0.0, "max_len_b": 6}  # short outputs keep the tests fast
@@ -44,7 +45,7 @@ def test_translate_returns_text_tokens_score_hypotheses(
     results = translator.translate(sentences[:3], beam_size=3, n_best=2, **FAST)
     assert len(results) == 3
     for t in results:
-        assert isinstance(t, Translation)
+        assert isinstance(t, Output)
         assert len(t.hypotheses) == 2
         assert t.text == t.hypotheses[0].text and t.tokens == t.hypotheses[0].tokens
         assert t.score == t.hypotheses[0].score

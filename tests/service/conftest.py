@@ -19,7 +19,7 @@ import pytest
 import redis
 import uvicorn
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
 

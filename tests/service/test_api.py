@@ -14,10 +14,10 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from model.checkpoint import quantize_checkpoint
+from model.int8_checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from model.translator import Translator
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, make_sentences, save_random_checkpoint
 
@@ -324,7 +324,7 @@ def test_broken_and_missing_models(tmp_path: Path, models_dir: Path) -> None:
 def test_without_models_the_service_says_so_and_waits_for_them(
     tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("service.state.MODELS_POLL_S", 0.1)
+    monkeypatch.setattr("service.registry.MODELS_POLL_S", 0.1)
     where = tmp_path / "models"
     with TestClient(create_app(ServiceSettings(models_dir=where))) as c:
         deadline = time.monotonic() + 30
@@ -441,7 +441,7 @@ def test_a_models_own_decoding_options_apply_where_a_request_sets_none(
     models_dir: Path, tmp_path: Path, translator: Translator
 ) -> None:
     """CheckpointMeta.decoding (a recipe's `decoding`): a request's options override it one by one, and GET
-    /models shows it."""
+    /models shows every option a request may set, the model's own where it has one, else the paper's."""
     from model.config import DecodingConfig
     from tests.model.test_decoding_defaults import OWN, with_decoding
 
@@ -451,7 +451,9 @@ def test_a_models_own_decoding_options_apply_where_a_request_sets_none(
     client = ready_client(own_dir)
     try:
         [entry] = client.get("/models").json()["models"]
-        assert entry["decoding"] == OWN
+        paper = DecodingConfig()
+        assert set(entry["decoding"]) == {*DecodingConfig.OPTIONS, "max_len_a", "max_len_b"}
+        assert entry["decoding"] == {name: OWN.get(name, getattr(paper, name)) for name in entry["decoding"]}
         text = make_sentences(1, seed=21)[0]
         r = client.post("/translate", json={"q": [text]}).json()
         want = translator.translate([text], DecodingConfig(**OWN))[0]  # type: ignore[arg-type]

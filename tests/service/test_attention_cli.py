@@ -12,7 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from matplotlib import image
 
+from model.translator import Translator
 from service.cli import main
+from tests.model.test_decoding_defaults import OWN, with_decoding
 from tests.service.test_api import ready_client
 
 TEXT = "kalo mine ruza"
@@ -116,8 +118,37 @@ def test_other_kinds_layers_and_heads(models_dir: Path, tmp_path: Path, capsys: 
         )
         == 0
     )
-    assert "decoder attention, layer 0, head 3" in capsys.readouterr().err
+    assert "Decoder self-attention, layer 0, head 3" in capsys.readouterr().err
     assert png_size(png)[0] >= 400
+
+
+def test_the_models_own_decoding_options_apply_unless_given(
+    models_dir: Path, tmp_path: Path, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As POST /attention: an option the command line does not give is the model's own (its recipe's
+    `decoding`), and one it gives overrides it."""
+    own = with_decoding(models_dir / "tiny-en-de", tmp_path / "own", OWN)
+    translator = Translator.load(own, device="cpu")
+    base = [
+        "attention",
+        "--model",
+        str(own),
+        TEXT,
+        "--png",
+        str(tmp_path / "x.png"),
+        "--json",
+        str(tmp_path / "x.json"),
+    ]
+    assert main([*base, "--device", "cpu"]) == 0
+    got = json.loads((tmp_path / "x.json").read_text())
+    want = translator.translate([TEXT])[0]  # the model's own: beam 3, n-best 2, at most 3 tokens
+    assert capsys.readouterr().out.strip() == want.text == got["text"]
+    assert [h["text"] for h in got["hypotheses"]] == [h.text for h in want.hypotheses] and len(got["hypotheses"]) == 2
+    assert len(got["target_tokens"]) <= 4  # 3 tokens and EOS
+    assert main([*base, "--device", "cpu", "--n-best", "1", "--max-length", "6"]) == 0
+    got = json.loads((tmp_path / "x.json").read_text())
+    want = translator.translate([TEXT], n_best=1, max_len_a=0.0, max_len_b=6)[0]
+    assert [h["text"] for h in got["hypotheses"]] == [want.text]
 
 
 @pytest.mark.parametrize(

@@ -11,17 +11,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from model.output import Hypothesis, Output
 from model.translator import Translator
-from service.batcher import Item, Pool
-from service.tasks import Hyp, Output, Task
+from service.queue.contract import Job
+from service.queue.worker import Item, Pool
 from tests.conftest import make_sentences
 from tests.service.conftest import Server, wait_until
 
 
-def pool_of(*tasks: tuple[Task, list[int]]) -> Pool:
+def pool_of(*jobs: tuple[Job, list[int]]) -> Pool:
     pool = Pool()
-    for task, lengths in tasks:
-        pool.add(task, [[5] * n for n in lengths])
+    for job, lengths in jobs:
+        pool.add(job, [[5] * n for n in lengths])
     return pool
 
 
@@ -38,29 +39,29 @@ def under(budget: int) -> Callable[[Item], bool]:
 
 
 def test_requests_take_rows_before_job_texts_and_nothing_overtakes() -> None:
-    job = Task("m", ["x"] * 3, kind="job")
-    request = Task("m", ["x"] * 2)
-    later = Task("m", ["x"])
+    job = Job("m", ["x"] * 3, background=True)
+    request = Job("m", ["x"] * 2)
+    later = Job("m", ["x"])
     pool = pool_of((job, [5, 5, 5]), (request, [10, 10]), (later, [1]))
     first = pool.take(under(15))  # the second 10-token text does not fit, and the 1-token one may not overtake it
-    assert [(i.task.id, i.index) for i in first] == [(request.id, 0)]
+    assert [(i.job.id, i.index) for i in first] == [(request.id, 0)]
     second = pool.take(under(11))  # requests before the older job's texts
-    assert [(i.task.id, i.index) for i in second] == [(request.id, 1), (later.id, 0)]
+    assert [(i.job.id, i.index) for i in second] == [(request.id, 1), (later.id, 0)]
     assert [i.index for i in pool.take(under(100))] == [0, 1, 2] and pool.waiting == []
 
 
-def test_finished_tasks_leave_the_pool_and_dropped_ones_take_their_texts() -> None:
-    task, other = Task("m", ["a", "b"]), Task("m", ["c"])
-    pool = pool_of((task, [4, 6]), (other, [3]))
+def test_finished_jobs_leave_the_pool_and_dropped_ones_take_their_texts() -> None:
+    job, other = Job("m", ["a", "b"]), Job("m", ["c"])
+    pool = pool_of((job, [4, 6]), (other, [3]))
     first, second, _ = pool.take(lambda item: True)
-    pool.deliver(first, Output([Hyp("t", 0.0, [])]))
+    pool.deliver(first, Output([Hypothesis([], 0.0, 0.0, "t")]))
     assert pool.finished() == []
-    pool.deliver(second, Output([Hyp("u", 0.0, [])]))
+    pool.deliver(second, Output([Hypothesis([], 0.0, 0.0, "u")]))
     [done] = pool.finished()
-    assert done.task is task and set(pool.tasks) == {other.id}
-    pool.add(Task("m", ["d"]), [[1]])
+    assert done.job is job and set(pool.jobs) == {other.id}
+    pool.add(Job("m", ["d"]), [[1]])
     pool.drop(other.id)
-    assert other.id not in pool.tasks and all(i.task.id != other.id for i in pool.waiting)
+    assert other.id not in pool.jobs and all(i.job.id != other.id for i in pool.waiting)
 
 
 def batch_sizes(metrics: str) -> tuple[float, float]:

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from model.config import DecodingConfig, ModelConfig
-from service.costs import attention_cells, decode_cost
-from service.guard import host_name
-from service.jsonscan import too_many_values
-from service.queue import Bucket
-from service.tasks import AttentionSelection
+from service.api.access import host_name
+from service.api.jsonscan import too_many_values
+from service.api.text import decode_cost
+from service.attention import AttentionSelection
+from service.queue.memory import Bucket
 
 
 def values(text: str) -> int:
@@ -47,10 +47,10 @@ def test_decode_cost_and_attention_cells() -> None:
     assert decode_cost([10, 20], options, model_max_len=1024) == 4 * 60 * 70 + 4 * 70 * 90
     assert decode_cost([10], DecodingConfig(beam_size=2, max_len_a=0, max_len_b=500), model_max_len=64) == 2 * 63 * 73
     model = ModelConfig.from_preset("tiny", 100)  # N 2, h 4
-    every = attention_cells(10, 5, AttentionSelection(), model)
+    every = AttentionSelection().cells(10, 5, model)
     assert every == 2 * 4 * (6 * 10 + 10 * 10 + 6 * 6)
     narrow = AttentionSelection(kinds=("cross",), layers=(1,), heads=(0, 3))
-    assert attention_cells(10, 5, narrow, model) == 1 * 2 * 6 * 10
+    assert narrow.cells(10, 5, model) == 1 * 2 * 6 * 10
 
 
 def test_token_bucket_refills_at_its_rate() -> None:

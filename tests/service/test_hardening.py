@@ -189,7 +189,7 @@ def test_no_work_after_a_504(serve_heavy: Callable[..., Server], heavy_dir: Path
     want = Translator.load(heavy_dir / "slow", device="cpu").translate(["kalo mine"], max_len_a=0, max_len_b=5)
     assert r.json()["translatedText"] == want[0].text
     metrics = httpx.get(f"{server.url}/metrics").text
-    assert "transformer_in_flight_tasks 0" in metrics and "transformer_queue_depth 0" in metrics
+    assert "transformer_in_flight_jobs 0" in metrics and "transformer_queue_depth 0" in metrics
 
 
 def post_and_hang_up(port: int, body: dict[str, Any], until: Callable[[], bool]) -> None:
@@ -216,7 +216,7 @@ def test_a_client_that_hangs_up_cancels_its_request(serve_heavy: Callable[..., S
     texts = make_sentences(8, seed=34, min_words=20, max_words=25)
     heavy = {"q": texts, "model": "slow", "beam_size": 8, "max_length": 400}  # many seconds of decoding
     post_and_hang_up(server.port, heavy, lambda: metric(server.url, "transformer_in_flight_texts") == 8)
-    wait_until(lambda: metric(server.url, "transformer_in_flight_tasks") == 0, 30, 0.05)
+    wait_until(lambda: metric(server.url, "transformer_in_flight_jobs") == 0, 30, 0.05)
     assert metric(server.url, "transformer_texts_decoded_total") == 0  # dropped, not finished
     assert 'transformer_requests_total{route="/translate",status="499"} 1' in httpx.get(f"{server.url}/metrics").text
 
@@ -227,13 +227,13 @@ def test_a_cancelled_job_stops(serve_heavy: Callable[..., Server]) -> None:
     job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300}, headers=A).json()
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["status"] == "running", 60)
     metrics = httpx.get(f"{server.url}/metrics").text
-    assert "transformer_in_flight_tasks 1" in metrics and "transformer_in_flight_texts 64" in metrics
+    assert "transformer_in_flight_jobs 1" in metrics and "transformer_in_flight_texts 64" in metrics
     assert error_of(httpx.delete(f"{server.url}/jobs/{job['id']}", headers=B), 404)["code"] == "not_found"
     r = httpx.delete(f"{server.url}/jobs/{job['id']}", headers=A)
     assert r.status_code == 200 and r.json()["status"] == "running"
     cancelled = httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()
     assert cancelled["status"] == "cancelled" and cancelled["results"] is None
-    wait_until(lambda: "transformer_in_flight_tasks 0" in httpx.get(f"{server.url}/metrics").text, 10)
+    wait_until(lambda: "transformer_in_flight_jobs 0" in httpx.get(f"{server.url}/metrics").text, 10)
     done = cancelled["progress"]["done"]
     time.sleep(1.0)
     assert httpx.get(f"{server.url}/jobs/{job['id']}", headers=A).json()["progress"]["done"] == done

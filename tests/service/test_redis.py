@@ -1,5 +1,5 @@
 """Redis mode on a real (private) redis-server with real `transformer worker` processes: batching across
-workers, a worker killed mid-batch, a task that keeps killing workers, Redis restarted under load."""
+workers, a worker killed mid-batch, a job that keeps killing workers, Redis restarted under load."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ import pytest
 import redis
 import uvicorn
 
+from model.output import Hypothesis, Output
 from model.translator import Translator
-from service import redis_queue, redis_scripts
-from service.app import create_app
-from service.keys import Keys
+from service.api.app import create_app
+from service.queue import redis_api, scripts
+from service.queue.contract import Answer, Job
+from service.queue.keys import Keys
 from service.settings import ServiceSettings
-from service.tasks import Hyp, Output, Task
 from tests.conftest import make_sentences
 from tests.service.conftest import RedisServer, Server, Workers, free_port, wait_until
 from tests.service.test_batching import batch_sizes, post_all
@@ -63,7 +64,7 @@ def test_concurrent_requests_through_two_workers(
     assert "transformer_workers 2" in metrics, [m for m in metrics.splitlines() if "workers" in m]
     client = redis_server.client()
     assert client.xlen(Keys().stream) == 0  # every entry acknowledged and deleted
-    for pattern in (Keys().job("*"), Keys().results("*")):  # answered requests keep nothing
+    for pattern in (Keys().job("*"), Keys().outputs("*")):  # answered requests keep nothing
         assert client.keys(pattern) == []
 
 
@@ -92,7 +93,7 @@ def test_requests_waiting_beyond_the_connection_pool_are_all_answered(
     assert [r.json()["translatedText"] for r in responses] == [
         translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts
     ]
-    assert connected <= redis_queue.MAX_CONNECTIONS + 2  # the API's pool, its listener, this test's client
+    assert connected <= redis_api.MAX_CONNECTIONS + 2  # the API's pool, its listener, this test's client
 
 
 def test_a_request_is_woken_by_its_notification(
@@ -103,7 +104,7 @@ def test_a_request_is_woken_by_its_notification(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With the fallback look pushed past the request timeout, only the published id can wake the waiter."""
-    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 3600.0)
+    monkeypatch.setattr(redis_api, "ANSWER_POLL_S", 3600.0)
     server = serve(redis_url=redis_server.url, request_timeout_s=30)
     workers.start("w")
     wait_workers(redis_server, 1)
@@ -119,8 +120,8 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(
     serve: Callable[..., Server], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pub/sub delivers at most once (a listener that reconnects misses what was published meanwhile; a worker of
-    the release before publishes nothing): a waiter also looks at its task every ANSWER_POLL_S."""
-    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 0.2)
+    the release before publishes nothing): a waiter also looks at its job every ANSWER_POLL_S."""
+    monkeypatch.setattr(redis_api, "ANSWER_POLL_S", 0.2)
     server = serve(redis_url=redis_server.url, request_timeout_s=30)  # no worker: the test answers, silently
     client, k = redis_server.client(), Keys()
 
@@ -129,22 +130,24 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(
             pending = asyncio.ensure_future(c.post("/translate", json={"q": "kalo mine"}))
             await asyncio.to_thread(wait_until, lambda: client.xlen(k.stream) == 1, 30, 0.05)
             [(_, fields)] = client.xrange(k.stream)
-            task = Task.from_json(fields[b"task"])
-            answer = Output([Hyp("Hallo Welt", -1.5, ["Hallo", "Welt"])]).to_json()
-            client.register_script(redis_scripts.FINISH)(
-                keys=[k.job(task.id), k.results(task.id), k.stream],
-                args=["done", "", "failed", 1, 60, k.group, "", "", task.id, answer],
+            job = Job.from_json(fields[b"job"])
+            [output] = Answer(
+                [Output([Hypothesis([7, 8], -1.5, -2.0, "Hallo Welt", ["Hallo", "Welt"])])]
+            ).outputs_json()
+            client.register_script(scripts.FINISH)(
+                keys=[k.job(job.id), k.outputs(job.id), k.stream],
+                args=["done", "", "", 1, 60, k.group, "", "", job.id, "", output],
             )  # no channel: no notification
             return await pending
 
     r = asyncio.run(scenario())
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == "Hallo Welt"
-    assert client.keys(k.job("*")) == [] and client.keys(k.results("*")) == []  # read once, then forgotten
+    assert client.keys(k.job("*")) == [] and client.keys(k.outputs("*")) == []  # read once, then forgotten
 
 
 def script_calls(client: redis.Redis) -> int:
-    """The scripts Redis has run so far: each look of a waiter at its task is one."""
+    """The scripts Redis has run so far: each look of a waiter at its job is one."""
     stats = client.info("commandstats")
     return sum(int(v["calls"]) for name, v in stats.items() if name.startswith(("cmdstat_eval", "cmdstat_fcall")))
 
@@ -152,11 +155,11 @@ def script_calls(client: redis.Redis) -> int:
 def test_many_waiting_requests_look_at_their_tasks_within_a_budget(
     serve: Callable[..., Server], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each waiter also looks at its task unwoken, in case its notification was lost; when many wait (a deep
+    """Each waiter also looks at its job unwoken, in case its notification was lost; when many wait (a deep
     queue, no worker keeping up), they used to look ANSWER_POLL_S apart each, a script call per waiter, on the
     API's CPU and Redis's; now all of them together look at most ANSWER_POLLS_PER_S times a second."""
-    monkeypatch.setattr(redis_queue, "ANSWER_POLL_S", 0.1)  # 300 waiters: 3,000 looks a second unbudgeted
-    monkeypatch.setattr(redis_queue, "ANSWER_POLLS_PER_S", 100.0)  # budgeted: a look every 3 s each
+    monkeypatch.setattr(redis_api, "ANSWER_POLL_S", 0.1)  # 300 waiters: 3,000 looks a second unbudgeted
+    monkeypatch.setattr(redis_api, "ANSWER_POLLS_PER_S", 100.0)  # budgeted: a look every 3 s each
     server = serve(redis_url=redis_server.url, request_timeout_s=60)  # no worker: every request waits
     client, n = redis_server.client(), 300
 
@@ -175,11 +178,11 @@ def test_many_waiting_requests_look_at_their_tasks_within_a_budget(
             return rate
 
     rate = asyncio.run(scenario())
-    assert rate <= 2 * redis_queue.ANSWER_POLLS_PER_S, f"{rate:.0f} script calls a second while {n} requests wait"
+    assert rate <= 2 * redis_api.ANSWER_POLLS_PER_S, f"{rate:.0f} script calls a second while {n} requests wait"
 
 
 def test_every_queued_request_whose_client_hangs_up_is_cancelled(models_dir: Path, redis_server: RedisServer) -> None:
-    """1,000 requests wait queued (no worker), looking at their tasks every 2 s, and then their clients hang up.
+    """1,000 requests wait queued (no worker), looking at their jobs every 2 s, and then their clients hang up.
     redis-py's asyncio client swallowed the cancellation of those whose client left during such a look (7 to
     16 in 1,000 here): they went on waiting until the request timeout, for nobody, and a server told to stop
     waited for them. Every one now ends at once: cancelled in Redis, counted as 499. The server runs on the
@@ -202,7 +205,7 @@ def test_every_queued_request_whose_client_hangs_up_is_cancelled(models_dir: Pat
                     await asyncio.sleep(0.1)
                 sent = [asyncio.ensure_future(c.post("/translate", json={"q": f"kalo mine {i}"})) for i in range(n)]
                 await asyncio.to_thread(wait_until, lambda: client.xlen(k.stream) == n, 60, 0.05)
-                await asyncio.sleep(3.0)  # the waiters' first looks at their tasks are under way
+                await asyncio.sleep(3.0)  # the waiters' first looks at their jobs are under way
                 for f in sent:
                     f.cancel()
                 await asyncio.gather(*sent, return_exceptions=True)
@@ -219,7 +222,7 @@ def test_every_queued_request_whose_client_hangs_up_is_cancelled(models_dir: Pat
 def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(
     serve_heavy: Callable[..., Server], redis_server: RedisServer, heavy_dir: Path, tmp_path: Path
 ) -> None:
-    """The API cancels the task of a client that went away; the worker holding it lets go at its next heartbeat."""
+    """The API cancels the job of a client that went away; the worker holding it lets go at its next heartbeat."""
     server = serve_heavy(redis_url=redis_server.url, max_request_cost=10**12)
     w = Workers(heavy_dir, redis_server.url, tmp_path)
     try:
@@ -237,7 +240,7 @@ def test_a_client_that_hangs_up_cancels_its_request_on_the_workers(
         wait_until(lambda: client.xlen(k.stream) == 0, 30, 0.05)  # dropped: acknowledged and deleted, unanswered
         [job] = client.keys(k.job("*"))
         assert client.hget(job, "status") == b"cancelled"
-        assert client.keys(k.results("*")) == []
+        assert client.keys(k.outputs("*")) == []
         assert metric(server.url, "transformer_texts_decoded_total") == 0
     finally:
         w.stop_all()
@@ -280,7 +283,7 @@ def test_worker_killed_mid_batch(
     assert redis_server.client().xlen(Keys().stream) == 0
 
 
-def test_task_that_kills_workers_fails_with_reason(
+def test_a_job_that_kills_workers_fails_with_reason(
     serve: Callable[..., Server], redis_server: RedisServer, workers: Workers
 ) -> None:
     server = serve(redis_url=redis_server.url)
@@ -333,7 +336,7 @@ def test_redis_restart_under_load(
 
 
 def test_queue_full_in_redis_mode(serve: Callable[..., Server], redis_server: RedisServer) -> None:
-    server = serve(redis_url=redis_server.url, max_queue=1)  # no worker: tasks stay queued
+    server = serve(redis_url=redis_server.url, max_queue=1)  # no worker: jobs stay queued
     assert httpx.post(f"{server.url}/jobs", json={"texts": ["kalo"]}).status_code == 202
     r = httpx.post(f"{server.url}/jobs", json={"texts": ["kalo"]})
     assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full" and r.headers["retry-after"] == "1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.keys import Keys
+from service.queue.keys import Keys
 from tests.conftest import make_sentences
 from tests.service.conftest import REDIS_SERVER, RedisServer, Server, Workers, wait_until
 from tests.service.test_redis import running_on, wait_workers
@@ -124,11 +124,11 @@ def test_a_cancelled_job_is_dropped_by_its_worker(
         f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300}, headers=AUTH
     ).json()
     wait_until(lambda: running_on(redis_server, job["id"]) == "w", 60, 0.05)
-    wait_until(lambda: "transformer_in_flight_tasks 1" in httpx.get(f"{server.url}/metrics", headers=AUTH).text, 10)
+    wait_until(lambda: "transformer_in_flight_jobs 1" in httpx.get(f"{server.url}/metrics", headers=AUTH).text, 10)
     assert httpx.delete(f"{server.url}/jobs/{job['id']}", headers=AUTH).status_code == 200
     client = redis_server.client()
     wait_until(lambda: client.xlen(Keys().stream) == 0, 30, 0.1)  # the worker let go of it
-    wait_until(lambda: "transformer_in_flight_tasks 0" in httpx.get(f"{server.url}/metrics", headers=AUTH).text, 10)
+    wait_until(lambda: "transformer_in_flight_jobs 0" in httpx.get(f"{server.url}/metrics", headers=AUTH).text, 10)
     batches = stats(redis_server).get("batches_total", 0.0)  # no more steps once let go
     time.sleep(1.5)
     assert stats(redis_server).get("batches_total", 0.0) == batches

@@ -1,5 +1,5 @@
 """The worker loop on the embedded queue: a failing step is answered with an error and the worker goes
-on serving; an input too long for the worker's model fails its task, not the worker."""
+on serving; an input too long for the worker's model fails its job, not the worker."""
 
 from __future__ import annotations
 
@@ -11,28 +11,29 @@ import pytest
 
 from model.beam import BeamLoop, Sentence
 from model.config import DecodingConfig
+from model.output import Hypothesis, Output
 from model.translator import Translator
-from service.memory_queue import MemoryQueue
+from service.queue.contract import Answer, Job
+from service.queue.memory import MemoryQueue
+from service.queue.worker import ADMIT_WAIT_STEPS, Worker
 from service.settings import ServiceSettings
-from service.tasks import Hyp, Output, Task, TaskResult
-from service.worker import ADMIT_WAIT_STEPS, Worker
 
 SHORT = DecodingConfig(max_len_a=0.0, max_len_b=5)
 
 
-def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
-    """Submit tasks to a MemoryQueue served by a Worker thread; return their results in order."""
+def serve_jobs(translator: Translator, jobs: list[Job]) -> list[Answer]:
+    """Submit jobs to a MemoryQueue served by a Worker thread; return their answers in order."""
     settings = ServiceSettings()
     queue = MemoryQueue(settings)
     stop = threading.Event()
     thread = threading.Thread(target=Worker(queue, {"m": translator}, settings).run, args=(stop,), daemon=True)
     thread.start()
 
-    async def go() -> list[TaskResult]:
+    async def go() -> list[Answer]:
         out = []
-        for task in tasks:  # one after another, so each is its own batch
-            await queue.submit(task)
-            out.append(await queue.wait(task.id, 60))
+        for job in jobs:  # one after another, so each is its own batch
+            await queue.submit(job)
+            out.append(await queue.wait(job.id, 60))
         return out
 
     try:
@@ -42,7 +43,7 @@ def serve_tasks(translator: Translator, tasks: list[Task]) -> list[TaskResult]:
         thread.join(timeout=10)
 
 
-def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(
+def test_a_bug_in_a_step_fails_its_jobs_and_the_worker_goes_on(
     models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
@@ -62,7 +63,7 @@ def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(
         return loop
 
     monkeypatch.setattr(translator, "loop", flaky)
-    first, second = serve_tasks(translator, [Task("m", ["kalo mine"], SHORT), Task("m", ["kalo mine"], SHORT)])
+    first, second = serve_jobs(translator, [Job("m", ["kalo mine"], SHORT), Job("m", ["kalo mine"], SHORT)])
     assert first.error is not None and "KeyError" in first.error and first.outputs == []
     assert second.error is None
     assert (
@@ -70,11 +71,11 @@ def test_a_bug_in_a_step_fails_its_tasks_and_the_worker_goes_on(
     )
 
 
-def test_unknown_model_and_too_long_input_fail_only_their_task(models_dir: Path) -> None:
+def test_unknown_model_and_too_long_input_fail_only_their_job(models_dir: Path) -> None:
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
-    results = serve_tasks(
+    results = serve_jobs(
         translator,
-        [Task("other", ["kalo"], SHORT), Task("m", ["kalo mine ruza " * 40], SHORT), Task("m", ["kalo"], SHORT)],
+        [Job("other", ["kalo"], SHORT), Job("m", ["kalo mine ruza " * 40], SHORT), Job("m", ["kalo"], SHORT)],
     )
     assert "not loaded on this worker" in (results[0].error or "")
     assert "limit of 64" in (results[1].error or "")
@@ -83,27 +84,27 @@ def test_unknown_model_and_too_long_input_fail_only_their_task(models_dir: Path)
 
 def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_ttl() -> None:
     queue = MemoryQueue(ServiceSettings(result_ttl_s=1, max_queue=3))
-    request, first, second = Task("m", ["a"]), Task("m", ["b"], kind="job"), Task("m", ["c"], kind="job")
-    answer = TaskResult([Output([Hyp("A", -1.0, ["A"])])])
+    request, first, second = Job("m", ["a"]), Job("m", ["b"], background=True), Job("m", ["c"], background=True)
+    answer = Answer([Output([Hypothesis([5], -1.0, -1.0, "A", ["A"])])])
 
     async def go() -> None:
-        for task in (request, first, second):
-            await queue.submit(task)
+        for job in (request, first, second):
+            await queue.submit(job)
         assert (await queue.stats())["queued"] == 3
         from service.errors import QueueFull
 
         with pytest.raises(QueueFull):
-            await queue.submit(Task("m", ["d"]))
+            await queue.submit(Job("m", ["d"]))
         assert queue.read(3, 0) == [request, first, second]
         queue.finish(request, answer)
         assert await queue.wait(request.id, 1) == answer
         assert request.id not in queue.entries  # answered: nothing kept
-        queue.finish(first, TaskResult(error="x"))
-        assert (await queue.state(first.id, None)) is not None
-        assert (await queue.state(first.id, "someone else")) is None  # a job belongs to its owner
+        queue.finish(first, Answer(error="x"))
+        assert (await queue.info(first.id, None)) is not None
+        assert (await queue.info(first.id, "someone else")) is None  # a job belongs to its owner
         await asyncio.sleep(1.1)
-        assert await queue.state(first.id, None) is None  # expired
-        assert await queue.state(second.id, None) is not None  # still running: never expires
+        assert await queue.info(first.id, None) is None  # expired
+        assert await queue.info(second.id, None) is not None  # still running: never expires
 
     asyncio.run(go())
 
@@ -115,7 +116,7 @@ def test_under_load_texts_join_several_at_a_time_not_one_per_freed_row(models_di
     settings = ServiceSettings(max_batch_size=16)  # texts join 16 // ADMIT_TOGETHER = 2 at a time
     queue = MemoryQueue(settings)
     worker = Worker(queue, {"m": translator}, settings)
-    worker.admit([Task("m", [f"kalo mine {i}" for i in range(30)], SHORT)])
+    worker.admit([Job("m", [f"kalo mine {i}" for i in range(30)], SHORT)])
     worker.fill()  # an empty loop takes what fits at once
     [loop] = worker.loops.values()
     assert len(loop) == 16 and len(worker.pool.waiting) == 14

@@ -43,7 +43,7 @@ def test_serving_needs_no_train_extra(checkpoint_dir: Path, tmp_path: Path) -> N
     (models / "tiny").symlink_to(checkpoint_dir)
     result = run_without_train_extra(f"""
         from fastapi.testclient import TestClient
-        from service.app import create_app
+        from service.api.app import create_app
         from service.settings import ServiceSettings
         app = create_app(ServiceSettings(models_dir={str(models)!r}))
         with TestClient(app) as client:

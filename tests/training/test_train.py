@@ -20,7 +20,8 @@ import torch
 from safetensors.torch import load_file
 
 from model import Translator
-from model.checkpoint import quantize_checkpoint, read_meta
+from model.checkpoint import read_meta
+from model.int8_checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from service.cli import main
 from training.config import TrainConfigError, from_dict

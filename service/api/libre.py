@@ -10,7 +10,14 @@ import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl
 
+from starlette.types import Scope
+
+from service.errors import BadRequest
+
 FORM = b"application/x-www-form-urlencoded"
+FORM_PATHS = frozenset(
+    {"/translate", "/summarize", "/detect", "/languages"}
+)  # where LibreTranslate's clients post forms
 LIST_FIELDS = ("q",)  # LibreTranslate's form bodies repeat q for a list of texts
 # Markup kept as it is; the text between is translated. Comments and whole <script>/<style> elements are markup.
 MARKUP = re.compile(r"(<!--.*?-->|<script\b.*?</script\s*>|<style\b.*?</style\s*>|<[^>]*>)", re.S | re.I)
@@ -71,10 +78,23 @@ def form_to_json(body: bytes) -> bytes:
     return json.dumps(fields, ensure_ascii=False).encode()
 
 
-def body_api_key(body: bytes, kind: bytes) -> str:
+def form_as_json(scope: Scope, body: bytes) -> bytes:
+    """A form body as JSON (form_to_json), the scope's Content-Type changed to match."""
+    try:
+        converted = form_to_json(body)
+    except UnicodeDecodeError:
+        raise BadRequest("the form body is not UTF-8") from None
+    scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in (b"content-type", b"content-length")] + [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(converted)).encode()),
+    ]
+    return converted
+
+
+def body_api_key(body: bytes, media_type: bytes) -> str:
     """The `api_key` field of a JSON or form body (LibreTranslate's way to send a key), or ''."""
     try:
-        if kind == FORM:
+        if media_type == FORM:
             return next((v for k, v in parse_qsl(body.decode("utf-8")) if k == "api_key"), "")
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError):

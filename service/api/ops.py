@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from service import examples
+from model.config import DecodingConfig
+from service.api import examples
+from service.api.deps import AnyService, Owner, ReadyService
+from service.api.examples import json_example
+from service.api.metrics import render_queue
+from service.api.schemas import ModelEntry, ModelsResponse
 from service.errors import ServiceError, Unavailable
-from service.examples import json_example
-from service.metrics import render_queue
-from service.schemas import ModelEntry, ModelsResponse
-from service.state import Owner, ReadyState, State
 
 router = APIRouter(tags=["operations"])
 
@@ -31,16 +32,16 @@ async def healthz() -> dict[str, str]:
         ),
     },
 )
-async def readyz(state: State) -> JSONResponse:
+async def readyz(service: AnyService) -> JSONResponse:
     """200 once the models are loaded and the queue answers; 503 before, or while Redis is down."""
     body: dict[str, object] = {
-        "models": state.registry.ids,
-        "queue": "redis" if state.settings.redis_url else "embedded",
+        "models": service.registry.ids,
+        "queue": "redis" if service.settings.redis_url else "embedded",
     }
     try:
-        if not state.ready.is_set():
-            raise Unavailable(state.load_error or "the models are still loading")
-        await state.queue.ping()
+        if not service.ready.is_set():
+            raise Unavailable(service.load_error or "the models are still loading")
+        await service.queue.ping()
     except ServiceError as e:
         return JSONResponse({"status": "not ready", "reason": e.message, **body}, 503)
     return JSONResponse({"status": "ready", **body})
@@ -51,18 +52,18 @@ async def readyz(state: State) -> JSONResponse:
     response_class=PlainTextResponse,
     responses={200: {"description": "OK", "content": {"text/plain": {"example": examples.METRICS}}}},
 )
-async def metrics(state: State) -> PlainTextResponse:
+async def metrics(service: AnyService) -> PlainTextResponse:
     """Prometheus text format: queue depth, batch sizes, latency, tokens/s."""
     try:
-        stats = await state.queue.stats()
+        stats = await service.queue.stats()
     except Unavailable:
         stats = {}
-    lines = render_queue(stats, state.ready.is_set()) + state.metrics.render()
+    lines = render_queue(stats, service.ready.is_set()) + service.metrics.render()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 @router.get("/models", response_model=ModelsResponse)
-async def models(state: ReadyState, _: Owner) -> ModelsResponse:
+async def models(service: ReadyService, _: Owner) -> ModelsResponse:
     """Every model loaded: id, task, languages."""
     entries = [
         ModelEntry(
@@ -78,9 +79,15 @@ async def models(state: ReadyState, _: Owner) -> ModelsResponse:
                 "d_ff": m.meta.model.d_ff,
                 "h": m.meta.model.h,
             },
-            dtype=m.dtype(state.settings.dtype),
-            decoding=m.meta.decoding.changed(),
+            dtype=m.dtype(service.settings.dtype),
+            decoding=own_options(m.meta.decoding),
         )
-        for m in state.registry.models.values()
+        for m in service.registry.models.values()
     ]
-    return ModelsResponse(models=entries, errors=state.registry.errors)
+    return ModelsResponse(models=entries, errors=service.registry.errors)
+
+
+def own_options(cfg: DecodingConfig) -> dict[str, object]:
+    """A model's decoding options as a request names them (DecodingConfig.OPTIONS), and its output limit's rule
+    (max_len_a x input tokens + max_len_b) where a request gives no max_length."""
+    return {name: getattr(cfg, name) for name in (*DecodingConfig.OPTIONS, "max_len_a", "max_len_b")}

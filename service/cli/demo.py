@@ -46,7 +46,7 @@ def models_dir_for(run_dir: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.app import create_app
+    from service.api.app import create_app
     from service.logs import configure_logging
     from service.settings import ServiceSettings
     from training.config import load_config

@@ -3,33 +3,35 @@ it depends on what is stored."""
 
 from __future__ import annotations
 
-# KEYS: stream, job. ARGV: max queue, ttl, task JSON, then the job hash's fields and values. Adds the task unless
-# the stream (tasks queued or in flight: ended ones are deleted) already holds max queue; returns that length when
+# KEYS: stream, job. ARGV: max queue, ttl, job JSON, then the job hash's fields and values. Adds the job unless
+# the stream (jobs queued or in flight: ended ones are deleted) already holds max queue; returns that length when
 # full, -1 when added.
 SUBMIT = """
 local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[1]) then return depth end
 redis.call('HSET', KEYS[2], unpack(ARGV, 4))
 redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[1], '*', 'task', ARGV[3])
+redis.call('XADD', KEYS[1], '*', 'job', ARGV[3])
 return -1
 """
 
-# KEYS: job, results, stream. ARGV: status, error, error kind, done, ttl, group, entry id, channel, task id, then
-# one Output JSON per text. Answers only a task still queued or running (the first answer wins; a cancelled job or
-# an abandoned request stays as it is) and publishes its id on the channel (none for jobs: nobody waits on them),
-# then acknowledges and deletes the stream entry either way.
+# KEYS: job, outputs, stream. ARGV: status, error, too_large ("1" or ""), done, ttl, group, entry id, channel, job
+# id, the attention maps' JSON (/attention; "" for none), then one Output JSON per text. Answers only a job still
+# queued or running (the first answer wins; a cancelled job or an abandoned request's stays as it is) and
+# publishes its id on the channel (none for background jobs: nobody waits on them), then acknowledges and deletes
+# the stream entry either way.
 FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 local answered = 0
 if status == 'queued' or status == 'running' then
   redis.call('DEL', KEYS[2])
-  for i = 10, #ARGV, 1000 do
+  for i = 11, #ARGV, 1000 do
     redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'error_kind', ARGV[3], 'done', ARGV[4])
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'too_large', ARGV[3], 'done', ARGV[4],
+             'attention', ARGV[10])
   redis.call('EXPIRE', KEYS[1], ARGV[5])
-  if #ARGV >= 10 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+  if #ARGV >= 11 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
   if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[8], ARGV[9]) end
   answered = 1
 end
@@ -40,18 +42,18 @@ end
 return answered
 """
 
-# KEYS: job, results. A request's answer, read once: nil while it is queued or running; {"lost"} when its job
-# hash is gone (Redis restarted); else {status, error, error kind, outputs}, and its keys are deleted.
+# KEYS: job, outputs. A request's answer, read once: nil while its job is queued or running; {"lost"} when its job
+# hash is gone (Redis restarted); else {status, error, too_large, attention, outputs}, and its keys are deleted.
 TAKE = """
-local s = redis.call('HMGET', KEYS[1], 'status', 'error', 'error_kind')
+local s = redis.call('HMGET', KEYS[1], 'status', 'error', 'too_large', 'attention')
 if not s[1] then return {'lost'} end
 if s[1] ~= 'done' and s[1] ~= 'failed' then return false end
 local outputs = redis.call('LRANGE', KEYS[2], 0, -1)
 redis.call('DEL', KEYS[1], KEYS[2])
-return {s[1], s[2] or '', s[3] or '', outputs}
+return {s[1], s[2] or '', s[3] or '', s[4] or '', outputs}
 """
 
-# KEYS: job. Cancels a task still queued or running (a worker drops it at its next heartbeat); an ended or
+# KEYS: job. Cancels a job still queued or running (a worker drops it at its next heartbeat); an ended or
 # forgotten one stays as it is (no key is made again without its expiry).
 CANCEL = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -62,7 +64,7 @@ end
 return 0
 """
 
-# KEYS: job. ARGV: worker name. Marks a queued task running (never a cancelled or ended one).
+# KEYS: job. ARGV: worker name. Marks a queued job running (never a cancelled or ended one).
 START = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'queued' or status == 'running' then

@@ -11,7 +11,13 @@ OUTPUT: JsonDict = {
     "text": "Datei nicht gefunden.",
     "score": -0.21,
     "tokens": TOKENS,
-    "alternatives": [{"text": "Die Datei wurde nicht gefunden.", "score": -0.35}],
+    "alternatives": [
+        {
+            "text": "Die Datei wurde nicht gefunden.",
+            "score": -0.35,
+            "tokens": ["▁Die", "▁Datei", "▁wurde", "▁nicht", "▁gefunden", "."],
+        }
+    ],
 }
 
 TEXT_REQUEST: JsonDict = {"q": "File not found.", "source": "en", "target": "de", "beam_size": 4, "n_best": 2}
@@ -57,6 +63,15 @@ ATTENTION_RESPONSE: JsonDict = {
     "hypotheses": [{"text": "Datei fehlt.", "score": -0.3, "tokens": ["▁Datei", "▁fehlt", "."]}],
     "source_tokens": ["▁File", "▁not", "▁found", ".", "</s>"],
     "target_tokens": ["▁Datei", "▁fehlt", ".", "</s>"],
+    "axes": {
+        "cross": {
+            "title": "Encoder–decoder attention",
+            "rows": "output tokens",
+            "cols": "source tokens",
+            "row_tokens": ["▁Datei", "▁fehlt", ".", "</s>"],
+            "col_tokens": ["▁File", "▁not", "▁found", ".", "</s>"],
+        }
+    },
     "cross": [
         [
             [
@@ -80,7 +95,17 @@ MODELS_RESPONSE: JsonDict = {
             "max_length": 256,
             "parameters": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
             "dtype": "auto",
-            "decoding": {},
+            "decoding": {
+                "beam_size": 4,
+                "n_best": 1,
+                "length_penalty": 0.6,
+                "length_penalty_form": "gnmt",
+                "min_length": 0,
+                "no_repeat_ngram_size": 0,
+                "early_stopping": True,
+                "max_len_a": 1.0,
+                "max_len_b": 50,
+            },
         }
     ],
     "errors": {},

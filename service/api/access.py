@@ -1,5 +1,6 @@
-"""Who may call the API: API keys checked before a body is read, per-key rate limits and throttling of
-failed keys per client address, both token buckets kept by the queue (in Redis in Redis mode)."""
+"""Who may call the API: the Host names it answers for, API keys checked before a body is read, per-key rate
+limits and throttling of failed keys per client address, both token buckets kept by the queue (in Redis in
+Redis mode)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import hmac
 import math
 from collections.abc import Iterable
 
-from service.errors import TooManyRequests, Unauthorized
-from service.queue import TaskQueue
+from service.errors import BadRequest, TooManyRequests, Unauthorized
+from service.queue.contract import ApiQueue
 from service.settings import ServiceSettings
 
 PUBLIC = frozenset(
@@ -22,11 +23,19 @@ PUBLIC = frozenset(
     }
 )  # public in LibreTranslate too: its clients ask it without a key
 OPERATIONS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PROBES = frozenset({"/healthz", "/readyz"})  # orchestrators ask these by address: any Host
 
 
 def owner_of(key: str) -> str:
     """The id a key's jobs and rate-limit bucket are stored under; the key itself is never stored."""
     return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def host_name(host: str) -> str:
+    """The name of a Host header, without its port: example.com:8000 -> example.com, [::1]:8000 -> ::1."""
+    if host.startswith("["):
+        return host[1 : host.find("]")].lower()
+    return (host.rsplit(":", 1)[0] if host.count(":") == 1 else host).lower()
 
 
 def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str:
@@ -39,12 +48,23 @@ def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 
 class Access:
-    """API keys (TRANSFORMER_API_KEYS): which paths need one, and whether a request may pass."""
+    """Hosts (TRANSFORMER_ALLOWED_HOSTS) and API keys (TRANSFORMER_API_KEYS): which paths need a key, and whether
+    a request may pass."""
 
-    def __init__(self, settings: ServiceSettings, queue: TaskQueue) -> None:
+    def __init__(self, settings: ServiceSettings, queue: ApiQueue) -> None:
         self.settings = settings
         self.queue = queue
         self.keys = settings.keys()
+        self.hosts = settings.hosts()
+
+    def check_host(self, path: str, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """BadRequest unless the Host header names a host of TRANSFORMER_ALLOWED_HOSTS (any, when it is empty);
+        the probes answer any."""
+        if not self.hosts or path in PROBES:
+            return
+        name = host_name(next((v.decode("latin-1") for k, v in headers if k == b"host"), ""))
+        if not any(name == h or (h.startswith("*.") and name.endswith(h[1:])) for h in self.hosts):
+            raise BadRequest("this Host is not served here (TRANSFORMER_ALLOWED_HOSTS)")
 
     def needs_key(self, path: str) -> bool:
         if not self.keys or path in PUBLIC or path.startswith("/static/"):

@@ -4,31 +4,30 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service import api, ops
-from service.errors import install_error_handlers
-from service.guard import Guard
+from service.api import jobs, ops, text
+from service.api.envelope import Envelope
+from service.api.guard import Guard
+from service.api.handlers import install_error_handlers
+from service.api.runtime import Service
+from service.demo import STATIC
 from service.settings import ServiceSettings
-from service.state import ServiceState
-
-STATIC = Path(__file__).parent / "static"
 
 
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     """The API (and, without REDIS_URL, the embedded queue and worker) for the models in settings.models_dir."""
     settings = settings or ServiceSettings()
-    state = ServiceState(settings)
+    service = Service(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state.start()
+        service.start()
         yield
-        await state.close()
+        await service.close()
 
     otel = settings.opentelemetry
     app = FastAPI(
@@ -38,12 +37,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).",
         telemetry={"tracing": otel, "metrics": otel, "logs": otel},
     )
-    app.state.service = state
+    app.state.service = service
     install_error_handlers(app)
-    app.include_router(ops.router)
-    app.include_router(api.router)
+    for routes in (ops, text, jobs):
+        app.include_router(routes.router)
 
-    app.add_middleware(Guard, state=state)
+    # Middleware added last runs first: the envelope around everything, the guard before every route.
+    app.add_middleware(Guard, settings=settings, access=service.access)
+    app.add_middleware(Envelope, metrics=service.metrics)
 
     if (STATIC / "index.html").is_file():  # the browser demo
 

@@ -8,8 +8,7 @@ from importlib import metadata
 
 from model import commands as model_commands
 from model.errors import ModelError
-from service import commands as service_commands
-from service import demo
+from service.cli import attention, demo, serve
 from service.settings import SettingsError
 from training import commands as training_commands
 from training.config import TrainConfigError
@@ -41,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     model_commands.register(sub)
     training_commands.register(sub)
-    service_commands.register(sub)
+    serve.register(sub)
+    attention.register(sub)
     demo.register(sub)
     for command in sub.choices.values():  # every --help shows the defaults, of options with no help text too
         command.formatter_class = DefaultsFormatter
@@ -60,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

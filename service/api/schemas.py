@@ -1,16 +1,21 @@
-"""Request and response bodies of the HTTP API (they are the OpenAPI document)."""
+"""Request and response bodies of the HTTP API (they are the OpenAPI document). A model's outputs become these
+bodies here (hypothesis_of, output_of), the one change of type on their way back."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from model.config import DecodingConfig
+from model import output
+from model.checkpoint import Task
+from model.config import DecodingConfig, LengthPenalty
 from model.errors import ConfigError
-from service import examples
-from service.tasks import TaskStatus
+from model.output import ATTENTION_KINDS, AttentionKind
+from service.api import examples
+from service.queue.contract import JobStatus
 
 DEFAULT = DecodingConfig()
 
@@ -45,7 +50,7 @@ class DecodeOptions(Strict):
     beam_size: int = Field(DEFAULT.beam_size, ge=1, description="beams per input; 1 is greedy decoding")
     n_best: int = Field(DEFAULT.n_best, ge=1, description="hypotheses returned per input (at most beam_size)")
     length_penalty: float = Field(DEFAULT.length_penalty, ge=0.0, le=10.0, description="alpha of the length penalty")
-    length_penalty_form: Literal["gnmt", "average"] = Field(
+    length_penalty_form: LengthPenalty = Field(
         DEFAULT.length_penalty_form,
         description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq",
     )
@@ -133,13 +138,26 @@ class SummarizeRequest(TextRequest):
 
 
 class Hypothesis(BaseModel):
+    """One output of the search."""
+
     text: str
     score: float = Field(description="log-probability divided by the length penalty")
+    tokens: list[str] = Field(description="its tokens (SentencePiece pieces), EOS left out")
 
 
-class OutputText(Hypothesis):
-    tokens: list[str]
+class Output(Hypothesis):
+    """The n-best list of one text: its best hypothesis, and the others as alternatives."""
+
     alternatives: list[Hypothesis] = Field(description="the rest of the n-best list, best first")
+
+
+def hypothesis_of(h: output.Hypothesis) -> Hypothesis:
+    return Hypothesis(text=h.text, score=h.score, tokens=h.tokens)
+
+
+def output_of(o: output.Output) -> Output:
+    best, *rest = o.hypotheses
+    return Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=[hypothesis_of(h) for h in rest])
 
 
 class TranslateResponse(BaseModel):
@@ -153,7 +171,7 @@ class TranslateResponse(BaseModel):
             "only when `alternatives` was asked for: the next translations of each text, shaped like q (LibreTranslate)"
         ),
     )
-    translations: list[OutputText]
+    translations: list[Output]
 
 
 class Language(BaseModel):
@@ -170,7 +188,7 @@ class SummarizeResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [examples.SUMMARIZE_RESPONSE]})
 
     model: str
-    summaries: list[OutputText]
+    summaries: list[Output]
 
 
 class JobRequest(DecodeOptions):
@@ -180,7 +198,7 @@ class JobRequest(DecodeOptions):
     model: Name | None = None
     source: Name | None = None
     target: Name | None = None
-    task: Literal["translation", "summarization"] = "translation"
+    task: Task = "translation"
 
 
 class JobProgress(BaseModel):
@@ -192,11 +210,11 @@ class JobResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [examples.JOB_RESPONSE]})
 
     id: str
-    status: TaskStatus
+    status: JobStatus
     model: str
     progress: JobProgress
     error: str | None = None
-    results: list[OutputText] | None = Field(None, description="once done: results[offset : offset + limit]")
+    results: list[Output] | None = Field(None, description="once done: results[offset : offset + limit]")
     offset: int = Field(0, description="index of the first of these results among the job's texts")
     next_offset: int | None = Field(None, description="offset of the next page of results; null after the last")
 
@@ -215,8 +233,11 @@ class AttentionRequest(DecodeOptions):
         ge=0,
         description="whose attention: the n-best list's hypothesis of this index (0, the best; less than n_best)",
     )
-    kinds: list[Literal["cross", "encoder", "decoder"]] = Field(
-        ["cross", "encoder", "decoder"], min_length=1, max_length=3, description="which attention maps to return"
+    kinds: list[AttentionKind] = Field(
+        list(ATTENTION_KINDS),
+        min_length=1,
+        max_length=len(ATTENTION_KINDS),
+        description="which attention maps to return",
     )
     layers: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
         None, min_length=1, max_length=1000, description="layer indices (from 0) to return; default: all"
@@ -226,14 +247,21 @@ class AttentionRequest(DecodeOptions):
     )
 
 
-class ScoredTokens(Hypothesis):
-    tokens: list[str]
+class Axes(BaseModel):
+    """What one kind of attention shows (service.attention.VIEWS): its title, what its rows (queries) and
+    columns (keys) are, and their tokens."""
+
+    title: str
+    rows: str
+    cols: str
+    row_tokens: list[str]
+    col_tokens: list[str]
 
 
 class AttentionResponse(BaseModel):
     """Weights are [layer][head][query][key] of the layers and heads asked for, rounded to 3 decimals; cross
-    has target queries over source keys. A kind not asked for is null. text, score and target_tokens are the
-    hypothesis'; hypotheses is the whole n-best list, best first, as /translate gives it."""
+    has target queries over source keys. A kind not asked for is null, and absent from axes. text, score and
+    target_tokens are the hypothesis'; hypotheses is the whole n-best list, best first, as /translate gives it."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [examples.ATTENTION_RESPONSE]})
 
@@ -241,9 +269,10 @@ class AttentionResponse(BaseModel):
     hypothesis: int = Field(description="the index in hypotheses of the one these maps belong to")
     text: str
     score: float
-    hypotheses: list[ScoredTokens]
+    hypotheses: list[Hypothesis]
     source_tokens: list[str]
     target_tokens: list[str]
+    axes: dict[AttentionKind, Axes] = Field(description="for each kind answered, what its rows and columns are")
     cross: list[Any] | None
     encoder: list[Any] | None
     decoder: list[Any] | None
@@ -273,8 +302,8 @@ class ModelEntry(BaseModel):
     decoding: dict[str, Any] = Field(
         default_factory=dict,
         description=(
-            "the model's own decoding options (its recipe's `decoding`), where they differ from the paper's: what "
-            "a request does not set"
+            "the model's own decoding options (its recipe's `decoding`, else the paper's): what a request does not "
+            "set; max_len_a and max_len_b give the output limit a x input tokens + b when max_length is not set"
         ),
     )
 
@@ -294,3 +323,18 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
+
+
+def attention_json(model: str, index: int, hypotheses: list[output.Hypothesis], maps: str) -> str:
+    """An AttentionResponse as JSON text: the n-best list, the chosen hypothesis (index), and its maps as the
+    worker wrote them (service.attention.maps_json), which are not parsed again."""
+    chosen = hypotheses[index]
+    fields = {
+        "model": model,
+        "hypothesis": index,
+        "text": chosen.text,
+        "score": chosen.score,
+        "hypotheses": [hypothesis_of(h).model_dump() for h in hypotheses],
+    }
+    head = json.dumps(fields, ensure_ascii=False)
+    return head[:-1] + ("," + maps[1:] if maps != "{}" else "}")

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 
 from model.errors import ConfigError
-from model.translator import AttentionMaps
+from model.output import AttentionKind, AttentionMaps
+from service.attention import VIEWS
 
-Kind = Literal["cross", "encoder", "decoder"]
-KINDS: tuple[Kind, ...] = ("cross", "encoder", "decoder")
-START = "(start)"  # the decoder's first input, before any output token
 MAX_LABEL = 16  # characters of a token shown on an axis
 
 
@@ -30,25 +27,9 @@ class Heatmap:
     col_axis: str
 
 
-AXES: dict[Kind, tuple[str, str]] = {
-    "cross": ("output token", "source token"),
-    "encoder": ("source token (query)", "source token (key)"),
-    "decoder": ("output token", "decoder input (key)"),
-}
-
-
-def axis_labels(maps: AttentionMaps, kind: Kind) -> tuple[list[str], list[str]]:
-    """Row and column tokens: decoder keys are the decoder's inputs, the start symbol then the output so far."""
-    if kind == "cross":
-        return maps.target_tokens, maps.source_tokens
-    if kind == "encoder":
-        return maps.source_tokens, maps.source_tokens
-    return maps.target_tokens, [START, *maps.target_tokens[:-1]]
-
-
-def select(maps: AttentionMaps, kind: Kind = "cross", layer: int = -1, head: int | None = None) -> Heatmap:
+def select(maps: AttentionMaps, kind: AttentionKind = "cross", layer: int = -1, head: int | None = None) -> Heatmap:
     """The matrix of one layer (negative counts from the last) and head, or the mean over heads if head is None."""
-    stack = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}[kind]
+    stack, view = maps.of(kind), VIEWS[kind]
     if stack is None:
         raise ConfigError(f"this output has no {kind} attention")
     n_layers, n_heads = stack.shape[0], stack.shape[1]
@@ -58,10 +39,10 @@ def select(maps: AttentionMaps, kind: Kind = "cross", layer: int = -1, head: int
         raise ConfigError(f"head {head} does not exist: each layer has {n_heads} heads (0 to {n_heads - 1})")
     per_layer = stack[layer].float()
     weights = per_layer.mean(0) if head is None else per_layer[head]
-    rows, cols = axis_labels(maps, kind)
+    rows, cols = maps.labels(kind)
     which = "mean over heads" if head is None else f"head {head}"
-    title = f"{kind} attention, layer {layer % n_layers}, {which}"
-    return Heatmap(weights.numpy(), rows, cols, title, *AXES[kind])
+    title = f"{view.title}, layer {layer % n_layers}, {which}"
+    return Heatmap(weights.numpy(), rows, cols, title, view.rows, view.cols)
 
 
 def short(token: str) -> str:

@@ -1,0 +1,111 @@
+"""What a search gives back: hypotheses (§6.1), the n-best list of one input, and attention maps when asked for.
+
+One type each, from the search to the service's queue: the beam search makes a Hypothesis of ids and scores,
+the Translator reads its text and tokens into the same type (Translator.read), and the service carries Outputs
+to its HTTP layer, where they become the API's bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from torch import Tensor
+
+AttentionKind = Literal["cross", "encoder", "decoder"]
+ATTENTION_KINDS: tuple[AttentionKind, ...] = get_args(AttentionKind)
+DECODER_START = "(start)"  # the decoder's first input, before any output token, as a key's label
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention of one hypothesis; every tensor is (layers, h, queries, keys) on the CPU, in float32."""
+
+    source_tokens: list[str]  # source pieces, ending in EOS
+    target_tokens: list[str]  # output pieces, ending in EOS
+    cross: Tensor  # (N_dec, h, T, S): each output token over the source (§3.2.3)
+    encoder: Tensor | None = None  # (N, h, S, S)
+    decoder: Tensor | None = None  # (N_dec, h, T, T), causal
+
+    def of(self, kind: AttentionKind) -> Tensor | None:
+        """The maps of one kind: cross (encoder-decoder), encoder or decoder self-attention."""
+        maps: Tensor | None = getattr(self, kind)
+        return maps
+
+    def labels(self, kind: AttentionKind) -> tuple[list[str], list[str]]:
+        """The query (row) and key (column) tokens of kind's maps. The decoder's keys are its inputs: the start
+        symbol, then the output so far."""
+        if kind == "cross":
+            return self.target_tokens, self.source_tokens
+        if kind == "encoder":
+            return self.source_tokens, self.source_tokens
+        return self.target_tokens, [DECODER_START, *self.target_tokens[:-1]]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output of the search: its ids (EOS left out), score log P / lp(|Y|) and log P (§6.1, §7).
+
+    The search knows ids only; Translator.read adds the text and its tokens (pieces), and, when asked for,
+    the attention maps."""
+
+    ids: list[int]
+    score: float
+    log_prob: float
+    text: str = ""
+    tokens: list[str] = field(default_factory=list)
+    attention: AttentionMaps | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, attention left out (tensors)."""
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "score": self.score,
+            "log_prob": self.log_prob,
+            "ids": self.ids,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hypothesis:
+        return cls(
+            ids=list(data["ids"]),
+            score=float(data["score"]),
+            log_prob=float(data["log_prob"]),
+            text=str(data["text"]),
+            tokens=list(data["tokens"]),
+        )
+
+
+@dataclass(frozen=True)
+class Output:
+    """The n-best list of one input, best first; text, tokens, score and attention are the best one's."""
+
+    hypotheses: list[Hypothesis]
+
+    @property
+    def best(self) -> Hypothesis:
+        return self.hypotheses[0]
+
+    @property
+    def text(self) -> str:
+        return self.best.text
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.best.tokens
+
+    @property
+    def score(self) -> float:
+        return self.best.score
+
+    @property
+    def attention(self) -> AttentionMaps | None:
+        return self.best.attention
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hypotheses": [h.to_dict() for h in self.hypotheses]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Output:
+        return cls([Hypothesis.from_dict(h) for h in data["hypotheses"]])

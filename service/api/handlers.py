@@ -1,0 +1,82 @@
+"""Every exception answered in one shape, {"error": {"code", "message", "details"}}, with the status its type
+has (service.errors): ours, the framework's validation and routing errors, and any other as a 500."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.schemas import UNION_TAGS
+from service.errors import InvalidRequest, MalformedJson, MethodNotAllowed, NotFound, ServiceError, shown
+
+log = logging.getLogger("service")
+MAX_ERRORS = 10  # validation errors listed in one answer; the rest are counted
+
+
+def error_response(e: ServiceError) -> JSONResponse:
+    body = {"error": {"code": e.code, "message": e.message, "details": e.details}}
+    return JSONResponse(body, e.status, headers=e.headers)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """A validation error's location, without union labels; a client's own key (an unknown field) escaped."""
+    parts = [
+        p
+        if isinstance(p, str) and p.isidentifier() and len(p) <= 40
+        else str(p)
+        if isinstance(p, int)
+        else shown(p, 40)
+        for p in loc
+        if p != "body" and p not in UNION_TAGS
+    ]
+    return ".".join(str(p) for p in parts) if parts else "body"
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "string_unicode":
+        return "invalid Unicode (a lone surrogate, such as \\ud800); send UTF-8 text"
+    return str(error["msg"])
+
+
+def validation_error(e: RequestValidationError) -> ServiceError:
+    """The request's validation errors: malformed JSON, or each invalid field (never the values: they may be
+    huge), at most MAX_ERRORS of them."""
+    errors = e.errors()
+    bad_json = [err for err in errors if err["type"] == "json_invalid"]
+    if bad_json:
+        return MalformedJson(str(bad_json[0].get("ctx", {}).get("error", "JSON decode error")))
+    details = [{"field": _field(err["loc"]), "message": _message(err)} for err in errors[:MAX_ERRORS]]
+    return InvalidRequest.of(details, more=max(0, len(errors) - MAX_ERRORS))
+
+
+def http_error(e: StarletteHTTPException) -> ServiceError:
+    """The router's own errors (an unknown path, a method a path does not take)."""
+    kinds: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
+    error = kinds.get(e.status_code, ServiceError)(str(e.detail), headers=getattr(e, "headers", None))
+    if e.status_code not in kinds:
+        error.status, error.code = e.status_code, "http_error"
+    return error
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def service_error(_: Request, e: ServiceError) -> JSONResponse:
+        return error_response(e)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(e))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def routing(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return error_response(http_error(e))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return error_response(ServiceError(f"internal error: {type(e).__name__}"))

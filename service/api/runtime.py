@@ -1,0 +1,79 @@
+"""The running service behind the API: its settings, the model registry, the queue (and, without Redis, the
+embedded worker), access control and request metrics. Built by create_app; models load in a background
+thread so that /healthz answers at once."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+
+from service.api.access import Access
+from service.api.metrics import RequestMetrics
+from service.queue.contract import ApiQueue
+from service.queue.memory import MemoryQueue
+from service.queue.worker import Worker
+from service.registry import Registry, freeze_loaded, wait_for_models
+from service.settings import ServiceSettings
+
+log = logging.getLogger("service")
+
+
+class Service:
+    """What every route reads (service.api.deps): the settings, the registry, the queue, access and metrics,
+    and whether the models are ready (load_error says why not)."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.registry = Registry({}, {})
+        self.queue: ApiQueue
+        self.memory: MemoryQueue | None = None
+        if settings.redis_url:
+            from service.queue.redis_api import RedisApiQueue
+
+            self.queue = RedisApiQueue(settings)
+        else:
+            self.memory = MemoryQueue(settings)
+            self.queue = self.memory
+        self.access = Access(settings, self.queue)
+        self.metrics = RequestMetrics()
+        self.ready = threading.Event()
+        self.load_error: str | None = None
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        t = threading.Thread(target=self._load, name="load-models", daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _waiting(self, registry: Registry, reason: str) -> None:
+        self.registry, self.load_error = registry, reason
+
+    def _load(self) -> None:
+        """Read the registry (waiting for a first model when there is none); in embedded mode also load the
+        weights and start the worker thread."""
+        s = self.settings
+        try:
+            registry = wait_for_models(s, self.stop, self._waiting)
+            if registry is None:
+                return  # stopped while waiting
+            if self.memory is not None:
+                translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
+                worker = Worker(self.memory, translators, s)
+                t = threading.Thread(target=worker.run, args=(self.stop,), name="worker", daemon=True)
+                t.start()
+                self.threads.append(t)
+            self.registry, self.load_error = registry, None
+            freeze_loaded()
+            self.ready.set()
+        except Exception as e:  # reported by /readyz (without paths); the process stays up for inspection
+            log.exception("loading models failed")
+            self.load_error = f"loading the models failed ({type(e).__name__}); see the server's log"
+
+    async def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        await self.queue.close()
+        gc.unfreeze()  # what freeze_loaded kept out of reach can be collected again once the app is gone

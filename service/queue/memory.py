@@ -1,0 +1,218 @@
+"""The embedded queue: the API (async) and a worker thread (sync) share it within one process. A request's job
+is forgotten once answered or abandoned; a background job is kept for result_ttl_s after it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from service.errors import QueueFull, RequestTimeout
+from service.queue.contract import ACTIVE, Answer, Job, JobInfo, JobStatus
+from service.queue.counters import admission_counts, step_counts
+from service.settings import ServiceSettings
+
+MAX_BUCKETS = 100_000  # token buckets kept before full ones are forgotten
+
+
+@dataclass
+class _Entry:
+    job: Job
+    status: JobStatus = JobStatus.queued
+    done: int = 0
+    answer: Answer | None = None
+    expires: float = 0.0
+    events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A token bucket: tokens left at time `at` (seconds)."""
+
+    tokens: float
+    at: float
+
+    @staticmethod
+    def take(bucket: Bucket | None, per_minute: int, now: float, take: bool) -> tuple[Bucket, float]:
+        """The bucket after trying to take a token at `now`, and the seconds to wait (0.0: there was one)."""
+        rate = per_minute / 60.0
+        tokens = float(per_minute) if bucket is None else min(per_minute, bucket.tokens + (now - bucket.at) * rate)
+        if tokens >= 1.0:
+            return Bucket(tokens - 1.0 if take else tokens, now), 0.0
+        return Bucket(tokens, now), (1.0 - tokens) / rate
+
+
+class MemoryQueue:
+    """Both sides of the queue (ApiQueue, WorkerQueue) in one process."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)
+        self.queued: deque[Job] = deque()
+        self.entries: dict[str, _Entry] = {}
+        self.active = 0  # jobs queued or running
+        self.ended: deque[tuple[float, str]] = deque()  # (expiry, id) of ended background jobs, oldest first
+        self.counters: dict[str, float] = {}
+        self.in_flight = (0, 0)  # jobs, texts: what the worker holds
+        self.buckets: dict[str, Bucket] = {}
+
+    # -- the API's side (ApiQueue) ---------------------------------------------------------------
+
+    async def submit(self, job: Job) -> None:
+        with self.ready:
+            self._expire()
+            if self.active >= self.settings.max_queue:
+                raise QueueFull(f"the queue is full ({self.settings.max_queue} jobs); try again shortly", 1)
+            self.entries[job.id] = _Entry(job)
+            self.active += 1
+            self.queued.append(job)
+            self.ready.notify()
+
+    async def wait(self, job_id: str, timeout: float) -> Answer:
+        event = asyncio.Event()
+        with self.lock:
+            entry = self.entries[job_id]
+            if entry.answer is None:
+                entry.events.append((asyncio.get_running_loop(), event))
+        try:
+            if entry.answer is None:
+                await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:  # answered, timed out, or its waiter cancelled (the client went away): the worker drops it
+            with self.lock:
+                if entry.answer is None:
+                    self._end(entry, JobStatus.cancelled)
+                self.entries.pop(job_id, None)  # answered or abandoned: nothing is kept
+        if entry.answer is None:
+            raise RequestTimeout(f"no answer within {timeout:g} s; the service is overloaded")
+        return entry.answer
+
+    async def info(self, job_id: str, owner: str | None, offset: int = 0, limit: int = 0) -> JobInfo | None:
+        with self.lock:
+            self._expire()
+            e = self.entries.get(job_id)
+            if e is None or not e.job.background or e.job.owner != owner:
+                return None
+            a = e.answer
+            outputs = a.outputs[offset : offset + limit] if a is not None and not a.error else None
+            error = a.error if a else None
+            return JobInfo(job_id, e.status, e.done, len(e.job.texts), e.job.model, error, outputs, offset)
+
+    async def cancel(self, job_id: str, owner: str | None) -> JobInfo | None:
+        before = await self.info(job_id, owner)
+        if before is None:
+            return None
+        with self.lock:
+            entry = self.entries.get(job_id)
+            if entry is not None and entry.status in ACTIVE:
+                self._end(entry, JobStatus.cancelled)
+            elif entry is not None:
+                del self.entries[job_id]
+        return before
+
+    async def ping(self) -> None:
+        return None
+
+    async def stats(self) -> dict[str, float]:
+        with self.lock:
+            queued = sum(1 for j in self.queued if (e := self.entries.get(j.id)) and e.status is JobStatus.queued)
+            jobs, texts = self.in_flight
+            return {
+                **self.counters,
+                "queued": float(queued),
+                "in_flight_jobs": float(jobs),
+                "in_flight_texts": float(texts),
+            }
+
+    async def throttle(self, name: str, per_minute: int, take: bool) -> float:
+        with self.lock:
+            if len(self.buckets) > MAX_BUCKETS:
+                self.buckets = {}  # a flood of addresses: start over rather than grow without end
+            self.buckets[name], wait = Bucket.take(self.buckets.get(name), per_minute, time.monotonic(), take)
+            return wait
+
+    async def close(self) -> None:
+        return None
+
+    def _end(self, entry: _Entry, status: JobStatus) -> None:
+        """Move a job to an ended status; a background job is kept for result_ttl_s from now."""
+        if entry.status in ACTIVE:
+            self.active -= 1
+        entry.status = status
+        if entry.job.background:
+            entry.expires = time.time() + self.settings.result_ttl_s
+            self.ended.append((entry.expires, entry.job.id))
+
+    def _expire(self) -> None:
+        """Forget ended background jobs past their expiry (the oldest first: only those are looked at)."""
+        now = time.time()
+        while self.ended and self.ended[0][0] < now:
+            _, job_id = self.ended.popleft()
+            e = self.entries.get(job_id)
+            if e is not None and e.expires < now:
+                del self.entries[job_id]
+
+    # -- the worker's side (WorkerQueue) ---------------------------------------------------------
+
+    def read(self, count: int, block_s: float) -> list[Job]:
+        with self.ready:
+            if not self.queued and block_s > 0:
+                self.ready.wait(block_s)
+            out: list[Job] = []
+            while self.queued and len(out) < count:
+                job = self.queued.popleft()
+                entry = self.entries.get(job.id)
+                if entry is not None and entry.status is JobStatus.queued:  # abandoned ones are skipped
+                    out.append(job)
+            return out
+
+    def maintain(self) -> list[Job]:
+        return []  # one process: nothing to reclaim
+
+    def unwanted(self, job_ids: list[str]) -> set[str]:
+        with self.lock:
+            return {j for j in job_ids if (e := self.entries.get(j)) is None or e.status not in ACTIVE}
+
+    def started(self, job: Job) -> None:
+        with self.lock:
+            entry = self.entries.get(job.id)
+            if entry is not None and entry.status is JobStatus.queued:
+                entry.status = JobStatus.running
+
+    def progress(self, job: Job, done: int) -> None:
+        with self.lock:
+            entry = self.entries.get(job.id)
+            if entry is not None:
+                entry.done = max(entry.done, done)
+
+    def finish(self, job: Job, answer: Answer) -> None:
+        with self.lock:
+            entry = self.entries.get(job.id)
+            if entry is None or entry.status not in ACTIVE:
+                return  # abandoned or cancelled meanwhile
+            entry.answer = answer
+            entry.done = len(answer.outputs)
+            self._end(entry, JobStatus.failed if answer.error else JobStatus.done)
+            for loop, event in entry.events:
+                loop.call_soon_threadsafe(event.set)
+
+    def drop(self, job: Job) -> None:
+        return None  # an unwanted job has ended already
+
+    def busy(self, jobs: int, texts: int) -> None:
+        self.in_flight = (jobs, texts)
+
+    def record_step(self, sentences: int, finished: int, seconds: float) -> None:
+        self._count(step_counts(sentences, finished, seconds))
+
+    def record_admission(self, texts: int, seconds: float) -> None:
+        self._count(admission_counts(texts, seconds))
+
+    def _count(self, increments: dict[str, float]) -> None:
+        with self.lock:
+            for k, v in increments.items():
+                self.counters[k] = self.counters.get(k, 0.0) + v
