@@ -1,23 +1,46 @@
-"""What the decode and train benchmarks share: the model shapes, the random OPUS-MT-like Marian config,
+"""What the benchmarks share: the model shapes, an engine's timed result, the random OPUS-MT-like Marian config,
 and a quiet start."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
+import statistics
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-SHAPES: dict[str, dict[str, int]] = {
+SHAPES: dict[str, dict[str, int]] = {  # the paper's names; "small" is model.config's small preset
     "small": {"N": 3, "d_model": 256, "d_ff": 1024, "h": 4},
     "base": {"N": 6, "d_model": 512, "d_ff": 2048, "h": 8},
 }
 EOS, UNK = 0, 1  # Marian's ids; <pad> is the last id (vocab_size - 1) and also the decoder's start symbol
+
+
+@dataclass
+class EngineResult:
+    """One engine's timed work: its name, how it computes (dtype, threads), the wall time of each repeat and the
+    tokens each repeat processed."""
+
+    name: str
+    compute: str
+    seconds: list[float] = field(default_factory=list)  # wall time of one round of the work, per repeat
+    tokens: int = 0  # tokens of one round: output tokens (decoding), target tokens (training)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / min(self.seconds) if self.seconds else math.nan
+
+    @property
+    def median_tokens_per_s(self) -> float:
+        return self.tokens / statistics.median(self.seconds) if self.seconds else math.nan
 
 
 def marian_config(shape: dict[str, int], vocab_size: int, init_std: float, **extra: Any) -> Any:
@@ -48,9 +71,68 @@ def marian_config(shape: dict[str, int], vocab_size: int, init_std: float, **ext
     )
 
 
+def write_marian_tokenizer(
+    hf_dir: Path, sentences: list[str], vocab_size: int, pieces: int, model_type: str, langs: tuple[str, str]
+) -> dict[str, int]:
+    """One SentencePiece model of `pieces` pieces trained on sentences, as source.spm and target.spm in
+    Marian's layout (</s> 0, <unk> 1), and vocab.json padded with synthetic pieces up to vocab_size, '<pad>'
+    last; the tokenizer files transformers' MarianTokenizer writes beside them. Returns the vocabulary."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=pieces,
+        model_type=model_type,
+        eos_id=EOS,
+        unk_id=UNK,
+        bos_id=-1,
+        pad_id=-1,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=2,
+    )
+    for name in ("source.spm", "target.spm"):
+        (hf_dir / name).write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    k = 0
+    while len(vocab) < vocab_size - 1:
+        vocab.setdefault(f"\u2581x{k}", len(vocab))
+        k += 1
+    vocab["<pad>"] = vocab_size - 1
+    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    paths = {name: str(hf_dir / f"{name}.spm") for name in ("source", "target")}
+    tokenizer = MarianTokenizer(
+        source_spm=paths["source"],
+        target_spm=paths["target"],
+        vocab=str(hf_dir / "vocab.json"),
+        source_lang=langs[0],
+        target_lang=langs[1],
+    )
+    assert tokenizer.pad_token_id == vocab_size - 1 and tokenizer.eos_token_id == EOS
+    tokenizer.save_pretrained(hf_dir)
+    return vocab
+
+
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def add_run_options(p: argparse.ArgumentParser, profiled: str) -> None:
+    """The options every engine comparison takes: the seed, a profile of `profiled` afterwards, a JSON copy."""
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help=f"afterwards, profile {profiled} and print this many ops by self time",
+    )
+    p.add_argument("--json", type=Path, help="also write the results here")
 
 
 def log(message: str) -> None:

@@ -29,9 +29,7 @@ thread pool).
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import math
 import multiprocessing
 import random
 import statistics
@@ -47,7 +45,7 @@ from typing import Any
 
 import common
 import torch
-from common import EOS, SHAPES, UNK, log, synchronize
+from common import EOS, SHAPES, UNK, EngineResult, log, synchronize
 
 ENGINES = ("ours", "transformers", "ctranslate2")
 TEXT_ONLY = ("ours-batched",)  # real mode only: ours without refilling the search, for before/after
@@ -73,21 +71,11 @@ class Workload:
 
 
 @dataclass
-class EngineResult:
-    name: str
-    compute: str
-    seconds: list[float] = field(default_factory=list)  # wall time of all batches, per repeat
-    tokens: int = 0  # output tokens of the best hypotheses, EOS not counted
+class Decoded(EngineResult):
+    """An engine's decoding of the workload: its timing, and the best hypothesis per sentence."""
+
     outputs: list[list[int]] = field(default_factory=list)  # best hypothesis per sentence, ids without EOS
     skipped: str | None = None
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / min(self.seconds) if self.seconds else math.nan
-
-    @property
-    def median_tokens_per_s(self) -> float:
-        return self.tokens / statistics.median(self.seconds) if self.seconds else math.nan
 
 
 # -- the shared model ---------------------------------------------------------------------------------
@@ -105,44 +93,11 @@ def synthetic_text(lines: int, seed: int) -> list[str]:
 
 
 def write_tokenizer(hf_dir: Path, vocab_size: int, seed: int) -> None:
-    """source.spm = target.spm trained on the fly, and vocab.json padded with synthetic pieces up to
-    vocab_size, '<pad>' last (Marian's layout: </s> = 0, <unk> = 1)."""
-    import sentencepiece as spm
-    from transformers import MarianTokenizer
-
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(synthetic_text(3000, seed)),
-        model_writer=model,
-        vocab_size=min(1000, vocab_size - 1),
-        model_type="unigram",
-        eos_id=EOS,
-        unk_id=UNK,
-        bos_id=-1,
-        pad_id=-1,
-        character_coverage=1.0,
-        minloglevel=2,
-        num_threads=2,
+    """source.spm = target.spm trained on made-up text, and vocab.json padded with synthetic pieces up to
+    vocab_size (common.write_marian_tokenizer)."""
+    common.write_marian_tokenizer(
+        hf_dir, synthetic_text(3000, seed), vocab_size, min(1000, vocab_size - 1), "unigram", ("src", "tgt")
     )
-    for name in ("source.spm", "target.spm"):
-        (hf_dir / name).write_bytes(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
-    k = 0
-    while len(vocab) < vocab_size - 1:
-        vocab.setdefault(f"\u2581x{k}", len(vocab))
-        k += 1
-    vocab["<pad>"] = vocab_size - 1
-    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    tokenizer = MarianTokenizer(
-        source_spm=str(hf_dir / "source.spm"),
-        target_spm=str(hf_dir / "target.spm"),
-        vocab=str(hf_dir / "vocab.json"),
-        source_lang="src",
-        target_lang="tgt",
-    )
-    assert tokenizer.pad_token_id == vocab_size - 1 and tokenizer.eos_token_id == EOS
-    tokenizer.save_pretrained(hf_dir)
 
 
 def write_hf_model(hf_dir: Path, shape: dict[str, int], vocab_size: int, init_std: float, seed: int) -> None:
@@ -502,7 +457,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.max_src,
         args.seed,
     )
-    results: dict[str, EngineResult] = {}
+    results: dict[str, Decoded] = {}
     engines: dict[str, EngineProcess] = {}
     with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
         work = Path(tmp)
@@ -514,7 +469,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.engines:  # one at a time, so that no build or warm-up overlaps another's
             engine = EngineProcess(name, hf_dir, work, wl, args)
             compute, skipped = engine.ready()
-            results[name] = EngineResult(name, compute, skipped=skipped)
+            results[name] = Decoded(name, compute, skipped=skipped)
             if skipped:
                 log(f"{name}: skipped: {skipped}")
                 continue
@@ -614,7 +569,7 @@ class TextWorkload:
     batches: list[list[str]]
 
 
-def report(args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult]) -> dict[str, Any]:
+def report(args: argparse.Namespace, wl: Workload, results: dict[str, Decoded]) -> dict[str, Any]:
     shape = SHAPES[args.shape]
     print(
         f"shape {args.shape} (N={shape['N']}, d_model {shape['d_model']}, d_ff {shape['d_ff']}, h {shape['h']}, "
@@ -703,15 +658,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--init-std", type=float, default=0.15, help="std of the random weights")
     p.add_argument("--min-src", type=int, default=10, help="shortest source, EOS included")
     p.add_argument("--max-src", type=int, default=40, help="longest source, EOS included")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="ROWS",
-        help="afterwards, profile one batch of our engine and print this many ops by self time",
-    )
-    p.add_argument("--json", type=Path, help="also write the results here")
+    common.add_run_options(p, "one batch of our engine")
     real = p.add_argument_group("real workload (trained model, held-out text, natural stopping)")
     real.add_argument("--hf-dir", type=Path, help="a trained Hugging Face Marian directory (benchmarks/marian.py)")
     real.add_argument("--text", type=Path, help="source sentences, one per line")

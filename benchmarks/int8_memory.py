@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common import SHAPES
 from torch import nn
 
 from model.checkpoint import WEIGHTS_FILE, CheckpointMeta, load_checkpoint, save_checkpoint
@@ -25,10 +26,8 @@ from model.int8_checkpoint import load_int8_checkpoint, save_int8_checkpoint
 from model.quantize import Int8Linear, quantize_transformer
 from model.transformer import Transformer
 
-SHAPES = {
-    "small": ModelConfig(src_vocab_size=4000, tgt_vocab_size=4000, N=3, d_model=256, d_ff=1024, h=4),
-    "base": ModelConfig(src_vocab_size=32000, tgt_vocab_size=32000, N=6, d_model=512, d_ff=2048, h=8),
-}
+VOCAB = {"small": 4000, "base": 32000}
+CONFIGS = {name: ModelConfig(src_vocab_size=VOCAB[name], tgt_vocab_size=VOCAB[name], **SHAPES[name]) for name in VOCAB}
 
 
 def tensor_bytes(model: nn.Module) -> int:
@@ -79,13 +78,13 @@ def files(name: str, cfg: ModelConfig) -> None:
 
 def main() -> None:
     warnings.filterwarnings("ignore")
-    for name, cfg in SHAPES.items():
+    for name, cfg in CONFIGS.items():
         model = Transformer(cfg).eval()
         f32 = tensor_bytes(model)
         quantize_transformer(model)
         q = int8_bytes(model)
         print(f"{name}: float32 {f32 / 2**20:.1f} MiB, int8 {q / 2**20:.1f} MiB ({q / f32:.2f}x)")
-    for name, cfg in SHAPES.items():
+    for name, cfg in CONFIGS.items():
         files(name, cfg)
 
 

@@ -21,8 +21,6 @@ otherwise CTranslate2 decodes a different model and its speed would mean nothing
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import random
 import sys
 import time
@@ -37,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import common  # noqa: E402
-from common import EOS, SHAPES, UNK, log  # noqa: E402
+from common import SHAPES, log  # noqa: E402
 
 from model.marian import marian_config, tensor_map  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
@@ -55,41 +53,10 @@ def corpus(work: Path, test: int) -> tuple[list[Pair], list[Pair]]:
 
 
 def write_tokenizer(hf_dir: Path, pairs: list[Pair], vocab_size: int) -> dict[str, int]:
-    """One SentencePiece model for both sides in Marian's layout (</s> 0, <unk> 1, <pad> last)."""
-    import sentencepiece as spm
-    from transformers import MarianTokenizer
-
-    model = io.BytesIO()
+    """One SentencePiece model for both sides in Marian's layout (common.write_marian_tokenizer)."""
     lines = [p.source for p in pairs] + [p.target for p in pairs]
     random.Random(0).shuffle(lines)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines[:200_000]),
-        model_writer=model,
-        vocab_size=vocab_size - 1,
-        model_type="bpe",
-        eos_id=EOS,
-        unk_id=UNK,
-        bos_id=-1,
-        pad_id=-1,
-        character_coverage=1.0,
-        minloglevel=2,
-        num_threads=2,
-    )
-    for name in ("source.spm", "target.spm"):
-        (hf_dir / name).write_bytes(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
-    vocab["<pad>"] = len(vocab)
-    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    tokenizer = MarianTokenizer(
-        source_spm=str(hf_dir / "source.spm"),
-        target_spm=str(hf_dir / "target.spm"),
-        vocab=str(hf_dir / "vocab.json"),
-        source_lang="en",
-        target_lang="de",
-    )
-    tokenizer.save_pretrained(hf_dir)
-    return vocab
+    return common.write_marian_tokenizer(hf_dir, lines[:200_000], vocab_size, vocab_size - 1, "bpe", ("en", "de"))
 
 
 def batches(ids: list[tuple[list[int], list[int]]], max_tokens: int, rng: random.Random) -> list[list[int]]:

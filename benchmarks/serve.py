@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 import sentencepiece as spm
 import torch
+from common import SHAPES
 
 from model.checkpoint import CheckpointMeta, save_checkpoint
 from model.config import DecodingConfig, ModelConfig
@@ -55,7 +56,6 @@ from model.tokenizer import SpecialIds, TokenizerConfig
 from model.transformer import Transformer
 from model.translator import Translator
 
-SHAPES = {"small": "small", "base": "base"}
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -101,7 +101,7 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int, **overr
         num_threads=1,
     )
     torch.manual_seed(seed)
-    model = Transformer(ModelConfig.from_preset(shape, vocab_size, **overrides)).eval()
+    model = Transformer(ModelConfig(vocab_size, vocab_size, **{**SHAPES[shape], **overrides})).eval()
     meta = CheckpointMeta(
         model=model.cfg,
         tokenizer=TokenizerConfig(source_model="spm.model", target_model="spm.model"),

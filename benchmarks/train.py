@@ -25,7 +25,6 @@ import inspect
 import json
 import math
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from typing import Any
 
 import common
 import torch
-from common import EOS, SHAPES, UNK, log, synchronize
+from common import EOS, SHAPES, UNK, EngineResult, log, synchronize
 
 ENGINES = ("ours", "transformers")
 DTYPES = ("float32", "bfloat16")
@@ -71,21 +70,11 @@ class Engine:
 
 
 @dataclass
-class EngineResult:
-    name: str
-    compute: str
-    seconds: list[float] = field(default_factory=list)  # wall time of the timed steps, per repeat
+class Trained(EngineResult):
+    """An engine's training steps: their timing per step, and the loss per repeat."""
+
     step_seconds: list[list[float]] = field(default_factory=list)  # per repeat, the wall time of each step
-    tokens: int = 0  # non-pad target tokens of one round
     losses: list[float] = field(default_factory=list)  # label-smoothed loss per target token, per repeat
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / min(self.seconds) if self.seconds else math.nan
-
-    @property
-    def median_tokens_per_s(self) -> float:
-        return self.tokens / statistics.median(self.seconds) if self.seconds else math.nan
 
     @property
     def step_min_tokens_per_s(self) -> float:
@@ -297,7 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         engines = {"ours": ours_engine(hf_dir, args), "transformers": transformers_engine(hf_model, args)}
     compute = f"{args.device} {args.dtype}"
     labels = {"ours": " non-pad" if args.ours_skips_pad else "", "transformers": f" {args.hf_attention}"}
-    results = {name: EngineResult(name, compute + labels[name]) for name in engines}
+    results = {name: Trained(name, compute + labels[name]) for name in engines}
     sanity = sanity_check(engines, wl, args)
     log(f"sanity: loss rel diff {sanity['loss_rel_diff']:.2e}, logits max abs diff {sanity['logits_max_abs_diff']:.2e}")
     timed = wl.timed(args.steps)
@@ -329,7 +318,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(
-    args: argparse.Namespace, wl: Workload, results: dict[str, EngineResult], sanity: dict[str, Any]
+    args: argparse.Namespace, wl: Workload, results: dict[str, Trained], sanity: dict[str, Any]
 ) -> dict[str, Any]:
     shape = SHAPES[args.shape]
     timed = wl.timed(args.steps)
@@ -524,14 +513,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-src", type=int, default=60, help="longest source, EOS included")
     p.add_argument("--tgt-spread", type=float, default=0.2, help="target length = source length x (1 +- this)")
     p.add_argument("--warmup", type=int, default=4000, help="warmup of the learning-rate schedule (noam_rate)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--profile",
-        type=int,
-        default=0,
-        metavar="ROWS",
-        help="afterwards, profile each engine and print this many top ops by self time per engine",
-    )
+    common.add_run_options(p, "each engine (that many ops for each)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled per engine and round")
     p.add_argument(
         "--profile-rounds",
@@ -539,7 +521,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=3,
         help="profiled rounds per engine; each step keeps its fastest round, op by op",
     )
-    p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     args.betas, args.adam_eps, args.eps_ls = (0.9, 0.98), 1e-9, 0.1  # training.config.TrainConfig's defaults
     if args.device == "cuda" and not torch.cuda.is_available():
