@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 Norm = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swish"]
-PositionKind = Literal["sinusoidal", "learned"]
+Positions = Literal["sinusoidal", "learned"]
 PositionLayout = Literal["interleaved", "halves"]
 LengthPenalty = Literal["gnmt", "average"]
 
@@ -39,7 +39,7 @@ class ModelConfig:
     # Deviations from the paper, each a named option (the paper's choice is the default):
     norm: Norm = "post"  # "pre": LayerNorm before each sub-layer, plus a final LayerNorm per stack
     activation: Activation = "relu"  # OPUS-MT uses "swish"
-    positions: PositionKind = "sinusoidal"  # "learned": a trained table (Table 3, row E)
+    positions: Positions = "sinusoidal"  # "learned": a trained table (Table 3, row E)
     position_layout: PositionLayout = "interleaved"  # "halves": Marian's sin | cos layout
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
     share_embeddings: bool = True  # one matrix for source and target embeddings (§3.4)

@@ -22,7 +22,7 @@ class Copy(nn.Module):
     """P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: x_i = w} a_i (See et al., 2017, Eq. 9).
 
     One attention head over the encoder output gives a, and p_gen = sigmoid(w . h + b) comes from the decoder
-    state h, which already holds the stack's own attention context."""
+    output h, which already holds the stack's own attention context."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

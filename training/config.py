@@ -17,7 +17,7 @@ from model.errors import ConfigError
 from training.clean import CleanConfig, SplitConfig
 from training.vocab import VocabConfig
 
-CorpusKind = Literal["gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl"]
+CorpusName = Literal["gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl"]
 CORPORA = ("gettext", "docstrings", "manpages", "dpkg", "summaries", "parallel", "tsv", "jsonl")
 # Corpus settings added after runs were made with the corpus key (TrainConfig.data_key): (section, name, default).
 KEYED_LATER = (("clean", "min_overlap", 0.0), ("data", "titles", False))
@@ -33,7 +33,7 @@ class DataConfig:
     (dpkg_status): description -> summary, and summaries: all three (training.summaries); parallel: paths =
     [source file, target file]; tsv / jsonl: one or more files."""
 
-    corpus: CorpusKind = "gettext"
+    corpus: CorpusName = "gettext"
     lang: str = "de"
     locale_dir: str = "/usr/share/locale"
     packages: tuple[str, ...] = ("stdlib", "torch", "numpy", "sympy", "networkx")
@@ -151,6 +151,7 @@ class TrainConfig:
         for section, name, default in KEYED_LATER:  # at its default, as before it existed: older runs resume
             if parts[section][name] == default:
                 del parts[section][name]
+        parts["vocab"]["kind"] = parts["vocab"].pop("algorithm")  # digested under its former name: runs resume
         return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ class VocabConfig:
     """The subword vocabulary; the paper uses a shared BPE vocabulary of about 37,000 (§5.1)."""
 
     size: int = 8000
-    kind: Literal["bpe", "unigram"] = "bpe"
+    algorithm: Literal["bpe", "unigram"] = "bpe"  # SentencePiece's model_type
     shared: bool = True
     character_coverage: float = 1.0
     max_sentences: int = 1_000_000  # sampled for training the model
@@ -28,8 +28,8 @@ class VocabConfig:
     def __post_init__(self) -> None:
         if self.size < 16:
             raise ValueError("vocabulary size must be at least 16")
-        if self.kind not in ("bpe", "unigram"):
-            raise ValueError(f"vocabulary kind must be 'bpe' or 'unigram', got {self.kind!r}")
+        if self.algorithm not in ("bpe", "unigram"):
+            raise ValueError(f"vocabulary algorithm must be 'bpe' or 'unigram', got {self.algorithm!r}")
 
 
 def _train(texts: Sequence[str], prefix: Path, cfg: VocabConfig, seed: int) -> Path:
@@ -40,7 +40,7 @@ def _train(texts: Sequence[str], prefix: Path, cfg: VocabConfig, seed: int) -> P
         sentence_iterator=iter(texts),
         model_writer=model,
         vocab_size=cfg.size,
-        model_type=cfg.kind,
+        model_type=cfg.algorithm,
         character_coverage=cfg.character_coverage,
         pad_id=special.pad,
         unk_id=special.unk,

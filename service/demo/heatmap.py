@@ -52,7 +52,7 @@ def short(token: str) -> str:
 
 def write_png(heatmap: Heatmap, path: str | Path, dpi: int = 120) -> Path:
     """Draw the heatmap with its token labels and a colour bar into a PNG file; the figure grows with the tokens."""
-    from matplotlib.figure import Figure  # drawn with Agg; no pyplot state, no display needed
+    from matplotlib.figure import Figure  # drawn with Agg; no pyplot globals, no display needed
 
     n_rows, n_cols = heatmap.weights.shape
     cell = 0.28  # inches per token
