@@ -1,10 +1,11 @@
 """The browser demo at / in real headless Chromium against the real server: translations equal the API's,
-the heatmap has a cell per token pair and highlights on hover, exports work, model text stays text, and the
-page loads nothing from outside the service."""
+decoding options left empty are the model's own, the heatmap has a cell per token pair and highlights on hover,
+exports work, model text stays text, and the page loads nothing from outside the service."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
+from tests.model.test_decoding_defaults import with_decoding
 from tests.service.conftest import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -88,8 +90,8 @@ def run_in_page(page: Page, text: str, model: str = "tiny-en-de", **options: Any
 
 
 def wait_done(page: Page) -> None:
-    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "done")
-    expect(page.get_by_test_id("attention")).to_have_attribute("data-state", "done")
+    expect(page.get_by_test_id("output")).to_have_attribute("data-status", "done")
+    expect(page.get_by_test_id("attention")).to_have_attribute("data-status", "done")
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -122,6 +124,15 @@ def shown(tokens: list[str]) -> list[str]:
 
 def titles(page: Page, selector: str) -> list[str]:
     return [str(t) for t in page.locator(selector).evaluate_all("els => els.map(e => e.title)")]
+
+
+def table_of(page: Page) -> tuple[list[str], list[str], list[list[str]]]:
+    """The matrix shown, as the table view lists it: row labels, column labels and the weights' texts."""
+    table = page.get_by_test_id("weights-table")
+    cells = table.locator("tbody tr").evaluate_all(
+        "trs => trs.map(tr => [...tr.cells].slice(1).map(c => c.textContent))"
+    )
+    return table.locator("tbody th").all_text_contents(), table.locator("thead th").all_text_contents()[1:], cells
 
 
 def test_translate_attention_hover_and_exports(session: Session) -> None:
@@ -259,7 +270,7 @@ def test_loading_errors_and_long_inputs(session: Session) -> None:
     run_in_page(page, TEXT)
     expect(page.get_by_test_id("run")).to_be_disabled()
     expect(page.get_by_test_id("status")).to_have_text("Translating…")
-    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "loading")
+    expect(page.get_by_test_id("output")).to_have_attribute("data-status", "loading")
     assert len(held) == 1
     held[0].continue_()
     wait_done(page)
@@ -269,7 +280,7 @@ def test_loading_errors_and_long_inputs(session: Session) -> None:
 
     page.get_by_test_id("input").fill(LONG)
     page.get_by_test_id("run").click()
-    expect(page.get_by_test_id("output")).to_have_attribute("data-state", "error")
+    expect(page.get_by_test_id("output")).to_have_attribute("data-status", "error")
     r = httpx.post(f"{session.server.url}/translate", json={"q": LONG, "model": "tiny-en-de", **OPTIONS})
     assert r.status_code == 422
     expect(page.get_by_test_id("error")).to_be_visible()
@@ -308,6 +319,62 @@ def test_summarize(session: Session) -> None:
     assert not session.errors and not session.dialogs
 
 
+# A recipe's own decoding options (config.json's "decoding"), unlike the paper's in every option the page has.
+OWN = {"beam_size": 3, "n_best": 2, "length_penalty": 1.5, "min_length": 4, "no_repeat_ngram_size": 2, "max_len_b": 7}
+OPTION_INPUTS = ("beam-size", "n-best", "length-penalty", "max-length", "min-length", "no-repeat")
+
+
+@pytest.fixture
+def own_server(tmp_path: Path, models_dir: Path) -> Iterator[Server]:
+    """tiny-en-de, and `own`: a copy whose checkpoint carries its own decoding options (OWN, max_len_a 0)."""
+    models = tmp_path / "models"
+    shutil.copytree(models_dir / "tiny-en-de", models / "tiny-en-de")
+    with_decoding(models_dir / "tiny-en-de", models / "own", {**OWN, "max_len_a": 0.0})
+    server = Server(ServiceSettings(models_dir=models)).__enter__()
+    server.wait_ready()
+    yield server
+    server.__exit__()
+
+
+def test_options_left_empty_are_not_sent_so_a_model_decodes_with_its_own(browser: Browser, own_server: Server) -> None:
+    """The option inputs start empty, each with the chosen model's own value as its placeholder (GET /models'
+    decoding); the page sends only what is filled in, so that the model's own options apply to the rest."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    bodies: list[Any] = []
+    errors: list[str] = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{own_server.url}/")
+    page.locator("#options summary").click()
+    placeholders = "els => els.map(e => [e.value, e.placeholder])"
+    inputs = page.locator(", ".join(f"[data-testid={i}]" for i in OPTION_INPUTS))
+    page.get_by_test_id("model-select").select_option("tiny-en-de")
+    paper = [["", "4"], ["", "1"], ["", "0.6"], ["", "auto: input + 50"], ["", "0"], ["", "0"]]
+    assert inputs.evaluate_all(placeholders) == paper
+    page.get_by_test_id("model-select").select_option("own")
+    own = [["", "3"], ["", "2"], ["", "1.5"], ["", "auto: 7"], ["", "4"], ["", "2"]]
+    assert inputs.evaluate_all(placeholders) == own
+    page.get_by_test_id("input").fill(TEXT)
+    page.get_by_test_id("run").click()
+    wait_done(page)
+    assert bodies == [{"q": TEXT, "model": "own"}]  # no option the user left empty
+    want = httpx.post(f"{own_server.url}/translate", json={"q": TEXT, "model": "own"}).json()["translations"][0]
+    expect(page.get_by_test_id("best-text")).to_have_text(want["text"])
+    texts = page.get_by_test_id("nbest-item").locator(".text")
+    expect(texts).to_have_text([want["text"], *(h["text"] for h in want["alternatives"])])  # OWN's n-best: 2
+    assert len(want["tokens"]) <= OWN["max_len_b"]
+
+    page.get_by_test_id("n-best").fill("1")
+    page.get_by_test_id("run").click()
+    wait_done(page)
+    assert bodies[-1] == {"q": TEXT, "model": "own", "n_best": 1}
+    expect(page.get_by_test_id("nbest-item")).to_have_count(1)
+    assert "n_best=1" in page.url and "beam_size" not in page.url
+    assert not errors
+    context.close()
+
+
 def test_the_attention_is_that_of_the_translation_shown_and_of_the_hypothesis_picked(session: Session) -> None:
     """With non-default options (length penalty 2, min length, no-repeat, n-best 4), the text, score and n-best
     list shown equal /translate's, and the heatmap is the attention of the hypothesis picked in the list."""
@@ -344,8 +411,10 @@ def test_the_attention_is_that_of_the_translation_shown_and_of_the_hypothesis_pi
         a = session.post("/attention", {"q": TEXT, "model": "tiny-en-de", "hypothesis": index, **opts})
         assert (a["text"], a["score"]) == (text, score)
         assert heatmap_shape(page) == (len(a["target_tokens"]), len(a["source_tokens"]))
-        shown = page.evaluate("() => [state.attention.hypothesis, state.attention.cross]")
-        assert shown == [index, a["cross"]]
+        with page.expect_download() as download:
+            page.get_by_test_id("export-json").click()
+        shown = json.loads(Path(download.value.path()).read_text())
+        assert [shown["hypothesis"], shown["cross"]] == [index, a["cross"]]
     page.screenshot(path=str(ARTIFACTS / "demo-page-hypothesis.png"), full_page=True)
     assert not session.errors and not session.console_errors
 
@@ -360,7 +429,7 @@ def test_a_failed_run_leaves_no_attention_of_another_output(session: Session) ->
     page.get_by_test_id("run").click()
     expect(page.get_by_test_id("error-code")).to_have_text("invalid_request (422)")
     attention = page.get_by_test_id("attention")
-    expect(attention).to_have_attribute("data-state", "error")
+    expect(attention).to_have_attribute("data-status", "error")
     expect(page.get_by_test_id("attention-of")).to_have_text("No attention: the last run failed.")
     assert heatmap_shape(page) == (-1, -1) and page.locator("#heatmap canvas").count() == 0
     assert page.locator("#thumbs button").count() == 0 and page.locator("#lines line").count() == 0
@@ -374,7 +443,7 @@ def test_a_failed_run_leaves_no_attention_of_another_output(session: Session) ->
     session.server.__exit__()  # the server stops
     page.get_by_test_id("run").click()
     expect(page.get_by_test_id("error-code")).to_contain_text("network")
-    expect(attention).to_have_attribute("data-state", "error")
+    expect(attention).to_have_attribute("data-status", "error")
     assert page.locator("#heatmap canvas").count() == 0
     assert not session.errors
 
@@ -412,8 +481,10 @@ def test_tokens_read_as_words_and_words_mode_merges_pieces(session: Session) -> 
     layer = len(a["cross"]) - 1  # the page opens the last layer, mean over heads
     pieces = np.mean(np.array(a["cross"][layer]), axis=0)  # (T, S)
     want = np.array([[pieces[r][:, c].sum(axis=1).mean() for c in cols] for r in rows])
-    got = np.array(page.evaluate("() => state.matrix.weights"))
-    np.testing.assert_allclose(got, want, atol=1e-9)
+    page.get_by_test_id("view-table").check()
+    got = np.array(table_of(page)[2], dtype=float)
+    page.get_by_test_id("view-matrix").check()
+    np.testing.assert_allclose(got, want, atol=5.01e-4)  # as the table shows them: 3 decimals
     np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=0.01)  # rows still sum to 1 (weights rounded)
     spelled = ["".join(a["source_tokens"][i] for i in c).replace("\u2581", "") for c in cols]
     assert page.locator(".col-label").all_text_contents() == spelled
@@ -533,9 +604,10 @@ def test_phone_tap_pins_a_value_and_labels_stay_in_view(browser: Browser, serve:
     page.wait_for_timeout(600)
     tooltip = page.get_by_test_id("tooltip")
     expect(tooltip).to_be_visible()
-    weights = page.evaluate("() => state.matrix.weights")
-    expect(page.get_by_test_id("tooltip-weight")).to_have_text(f"{weights[1][2]:.3f}")
-    expect(page.get_by_test_id("cell-live")).to_contain_text(f": {weights[1][2]:.3f}")
+    weight = page.get_by_test_id("tooltip-weight").inner_text()
+    expect(page.get_by_test_id("cell-live")).to_contain_text(f": {weight}")
+    page.get_by_test_id("view-table").check()
+    assert table_of(page)[2][1][2] == weight
     page.get_by_test_id("view-lines").check()
     lines = page.get_by_test_id("lines").bounding_box()
     assert lines is not None and lines["width"] <= 390
@@ -555,20 +627,22 @@ def test_keyboard_reaches_cells_and_screen_readers_get_values_a_table_and_the_re
     canvas.focus()
     for key in ("ArrowDown", "ArrowDown", "ArrowRight"):  # the first arrow pins (0, 0), then moves
         page.keyboard.press(key)
-    m = page.evaluate("() => state.matrix")
     live = page.get_by_test_id("cell-live")
-    expect(live).to_have_text(f"{m['rows'][1]} → {m['cols'][1]}: {m['weights'][1][1]:.3f}")
+    expect(live).not_to_be_empty()
+    said = live.text_content()
     assert page.get_by_test_id("heatmap").get_attribute("data-hover-row") == "1"
     page.keyboard.press("Escape")
     expect(live).to_have_text("")
     expect(page.get_by_test_id("tooltip")).to_be_hidden()
 
     page.get_by_test_id("view-table").check()
-    table = page.get_by_test_id("weights-table")
-    expect(table).to_be_visible()
-    assert table.locator("thead th").all_text_contents()[1:] == m["cols"]
-    assert table.locator("tbody th").all_text_contents() == m["rows"]
-    assert table.locator("tbody tr").nth(1).locator("td").all_text_contents() == [f"{w:.3f}" for w in m["weights"][1]]
+    expect(page.get_by_test_id("weights-table")).to_be_visible()
+    rows, cols, weights = table_of(page)
+    assert rows == titles(page, "#heatmap .row-label") and cols == titles(page, "#heatmap .col-label")
+    assert said == f"{rows[1]} → {cols[1]}: {weights[1][1]}"
+    a = session.post("/attention", {"q": TEXT, "model": "tiny-en-de", **OPTIONS})
+    mean = np.array(a["cross"][-1]).mean(axis=0)  # the last layer, mean over heads
+    np.testing.assert_allclose(np.array(weights, dtype=float), mean, atol=5.01e-4)
     low = page.evaluate(LOW_CONTRAST)
     assert low == [], "\n".join(low)
     page.screenshot(path=str(ARTIFACTS / "demo-page-table.png"), full_page=True)
@@ -590,7 +664,7 @@ def test_masked_cells_are_drawn_as_masked_and_heads_can_share_one_scale(session:
     page.get_by_test_id("view-matrix").check()
 
     page.get_by_test_id("kind-cross").check()
-    a = page.evaluate("() => state.attention")
+    a = session.post("/attention", {"q": TEXT, "model": "tiny-en-de", **OPTIONS})
     every = max(w for layer in a["cross"] for head in layer for row in head for w in row)
     page.get_by_test_id("shared-scale").check()
     for head in ("0", "3", "mean"):
@@ -619,7 +693,14 @@ def test_the_lines_view_draws_every_head_in_its_own_colour(session: Session) -> 
     assert not session.errors
 
 
-def test_the_url_holds_the_page_state_and_examples_run(session: Session, browser: Browser) -> None:
+def view_of(page: Page) -> list[str | None]:
+    """The view the controls show: kind, layer, head, view and units."""
+    checked = {n: page.locator(f"input[name={n}]:checked").get_attribute("value") for n in ("kind", "view", "units")}
+    layer, head = page.get_by_test_id("layer").input_value(), page.get_by_test_id("head").input_value()
+    return [checked["kind"], layer, head, checked["view"], checked["units"]]
+
+
+def test_the_url_holds_the_view_and_examples_run(session: Session, browser: Browser) -> None:
     page = session.page
     page.get_by_test_id("example").first.click()  # an example fills the text and runs it
     wait_done(page)
@@ -632,7 +713,7 @@ def test_the_url_holds_the_page_state_and_examples_run(session: Session, browser
     page.get_by_test_id("units-words").check()
     page.get_by_test_id("view-table").check()
     url = page.url
-    assert "#" in url and "text=" in url
+    assert "#" in url and "text=" in url and "min_length" not in url  # only the options filled in
 
     other = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     other.goto(url)
@@ -640,8 +721,7 @@ def test_the_url_holds_the_page_state_and_examples_run(session: Session, browser
     assert other.get_by_test_id("input").input_value() == TEXT
     assert [other.get_by_test_id(t).input_value() for t in ("beam-size", "n-best", "max-length")] == ["4", "3", "7"]
     expect(other.get_by_test_id("best-text")).to_have_text(page.get_by_test_id("best-text").text_content() or "")
-    view = "() => [state.kind, state.layer, state.head, state.view, state.units]"
-    assert other.evaluate(view) == page.evaluate(view) == ["decoder", 0, 2, "table", "words"]
+    assert view_of(other) == view_of(page) == ["decoder", "0", "2", "table", "words"]
     expect(other.get_by_test_id("weights-table")).to_be_visible()
     assert other.url == url
     other.context.close()

@@ -305,7 +305,7 @@ def test_short_keys_are_refused_at_start() -> None:
 def test_security_headers_hosts_and_operations_behind_a_key(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy(api_keys=KEY_A, ops_need_key=True, allowed_hosts="example.org,*.example.com")
     for host in ("example.org", "api.example.com:8000"):
-        for path in ("/", "/healthz", "/static/app.js", "/nowhere"):
+        for path in ("/", "/healthz", "/static/main.js", "/nowhere"):
             r = httpx.get(f"{server.url}{path}", headers={"host": host})
             assert r.status_code == (401 if path == "/nowhere" else 200)  # unknown paths need a key too
             assert r.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
