@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -89,3 +90,14 @@ def test_every_option_set_one_by_one_is_a_request_field_and_a_flag_with_the_pape
         assert DecodeOptions.model_fields[name].default == getattr(paper, name), name
         assert name in flags and flags[name].default is None, name  # None: the model's own
     assert set(DecodingConfig.OPTIONS) | {"max_len_a", "max_len_b", "banned_ids"} == set(paper.to_dict())
+
+
+def test_the_pages_option_inputs_are_request_fields_that_the_models_own_options_fill() -> None:
+    """The page keeps the one copy: which options it has an input for (service/demo/static/options.js). Each is a
+    request field, and GET /models gives each one's own value (the placeholder), max_length by max_len_a and b."""
+    options_js = (Path(__file__).parents[2] / "service" / "demo" / "static" / "options.js").read_text()
+    names = re.findall(r'\{name: "(\w+)", input:', options_js)
+    assert len(names) >= 6 and len(set(names)) == len(names)
+    for name in names:
+        assert name in DecodeOptions.model_fields, name
+        assert name in DecodingConfig.OPTIONS or name == "max_length", name
