@@ -17,9 +17,9 @@ return -1
 
 # KEYS: job, outputs, stream. ARGV: status, error, too_large ("1" or ""), done, ttl, group, entry id, channel, job
 # id, the attention maps' JSON (/attention; "" for none), then one Output JSON per text. Answers only a job still
-# queued or running (the first answer wins; a cancelled job or an abandoned request's stays as it is) and
-# publishes its id on the channel (none for background jobs: nobody waits on them), then acknowledges and deletes
-# the stream entry either way.
+# queued or running (the first answer wins; a cancelled job or an abandoned request's stays as it is), keeping
+# error, too_large and attention only where they are not "", and publishes its id on the channel (none for
+# background jobs: nobody waits on them), then acknowledges and deletes the stream entry either way.
 FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 local answered = 0
@@ -28,8 +28,10 @@ if status == 'queued' or status == 'running' then
   for i = 11, #ARGV, 1000 do
     redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'error', ARGV[2], 'too_large', ARGV[3], 'done', ARGV[4],
-             'attention', ARGV[10])
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'done', ARGV[4])
+  if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[2]) end
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'too_large', ARGV[3]) end
+  if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'attention', ARGV[10]) end
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   if #ARGV >= 11 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
   if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[8], ARGV[9]) end
