@@ -188,7 +188,7 @@ class Worker:
         """What limits reading new jobs: requests' texts in flight, plus one per background job held. Background
         texts waiting for rows do not hold back reading, so that a request behind a large job is read and goes
         first."""
-        texts = [*self.live.values(), *self.pool.waiting]
+        texts = itertools.chain(self.live.values(), self.pool.waiting)  # walked, not copied: every step reads it
         return sum(not i.job.background for i in texts) + sum(p.job.background for p in self.pool.jobs.values())
 
     def admit(self, jobs: list[Job]) -> None:
