@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import io
 import sys
 from collections.abc import Iterator
@@ -69,6 +70,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--scores", action="store_true", help="print each hypothesis' score before it")
     p.add_argument("--truncate", action="store_true", help="cut inputs longer than the model's limit")
     p.add_argument(
+        "--no-segment",
+        action="store_true",
+        help="read each line as one sentence (input split already); by default a line is cut into sentences, "
+        "translated one by one and joined back",
+    )
+    p.add_argument(
         "--skip-errors",
         action="store_true",
         help="write an empty line for an input the model cannot take (too long, invalid Unicode) "
@@ -113,19 +120,22 @@ def run_translate(args: argparse.Namespace) -> int:
         if hasattr(sys.stdin, "buffer")
         else sys.stdin
     )
+    translate = functools.partial(
+        tr.translate, config=cfg, truncate=args.truncate, segment=not args.no_segment, max_batch_size=args.batch_size
+    )
     done = 0  # lines before this chunk
     for lines in chunks(source, max(args.batch_size * 8, 64)):
         problems = {
             i: problem
             for i, line in enumerate(lines)
-            if (problem := line_problem(tr, line, done + i + 1, args.truncate)) is not None
+            if (problem := line_problem(tr, line, done + i + 1, args)) is not None
         }
         first = min(problems, default=None)
         if first is not None and not args.skip_errors:
-            write(tr.translate(lines[:first], cfg, truncate=args.truncate, max_batch_size=args.batch_size), args)
+            write(translate(lines[:first]), args)
             raise InputError(f"{problems[first]}; pass --skip-errors to leave such lines empty and go on")
         good = [line for i, line in enumerate(lines) if i not in problems]
-        results = iter(tr.translate(good, cfg, truncate=args.truncate, max_batch_size=args.batch_size))
+        results = iter(translate(good))
         for i in range(len(lines)):
             if i in problems:
                 print(f"warning: {problems[i]}: its line is left empty", file=sys.stderr)
@@ -136,14 +146,16 @@ def run_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def line_problem(tr: Translator, line: str, number: int, truncate: bool) -> str | None:
+def line_problem(tr: Translator, line: str, number: int, args: argparse.Namespace) -> str | None:
     """Why the model cannot take this input line, naming it by its number, or None."""
     from model.errors import InputError, InputTooLongError
+    from model.segment import whole
 
     try:
-        tr.encode([line], truncate=truncate)
+        tr.encode_segments([whole(line)] if args.no_segment else tr.segment([line]), truncate=args.truncate)
     except InputTooLongError as e:
-        return f"line {number} has {e.length} tokens, more than the model's limit of {e.limit} (--truncate cuts it)"
+        where = f"line {number}" if e.sentence is None else f"line {number}, sentence {e.sentence},"
+        return f"{where} has {e.length} tokens, more than the model's limit of {e.limit} (--truncate cuts it)"
     except InputError as e:
         return f"line {number}: {e}"
     return None

@@ -50,13 +50,15 @@ class InputError(ModelError, ValueError):
 class InputTooLongError(InputError):
     """An input has more tokens than the model accepts and truncation was not asked for."""
 
-    def __init__(self, length: int, limit: int, index: int | None = None) -> None:
-        which = "" if index is None else f"input {index} has "
+    def __init__(self, length: int, limit: int, index: int | None = None, sentence: int | None = None) -> None:
+        where = ([] if index is None else [f"input {index}"]) + ([] if sentence is None else [f"sentence {sentence}"])
+        which = f"{', '.join(where)} has " if where else ""
         super().__init__(
             f"{which}{length} tokens, more than the model's limit of {limit}; shorten it or ask for "
             "truncation (truncate)"
         )
         self.index = index
+        self.sentence = sentence  # of a segmented text (model.segment), when it has several
         self.length = length
         self.limit = limit
 

@@ -43,6 +43,15 @@ class AttentionMaps:
 
 
 @dataclass(frozen=True)
+class SentenceSpan:
+    """Where one sentence of a segmented text is (model.segment), and where its output is in the joined output:
+    [start, end) in characters."""
+
+    source: tuple[int, int]
+    output: tuple[int, int]
+
+
+@dataclass(frozen=True)
 class Hypothesis:
     """One output of the search: its ids (EOS left out), score log P / lp(|Y|) and log P (§6.1, §7).
 
@@ -55,6 +64,7 @@ class Hypothesis:
     text: str = ""
     tokens: list[str] = field(default_factory=list)
     attention: AttentionMaps | None = None
+    sentences: tuple[SentenceSpan, ...] = ()  # of a text joined from its sentences' outputs (model.segment)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values, attention left out (tensors)."""
@@ -64,6 +74,7 @@ class Hypothesis:
             "score": self.score,
             "log_prob": self.log_prob,
             "ids": self.ids,
+            "sentences": [[*s.source, *s.output] for s in self.sentences],
         }
 
     @classmethod
@@ -74,6 +85,7 @@ class Hypothesis:
             log_prob=float(data["log_prob"]),
             text=str(data["text"]),
             tokens=list(data["tokens"]),
+            sentences=tuple(SentenceSpan((a, b), (c, d)) for a, b, c, d in data.get("sentences", ())),
         )
 
 

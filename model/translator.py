@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from model.errors import ConfigError, InputError, InputTooLongError
 from model.int8_checkpoint import load_int8_checkpoint
 from model.output import AttentionMaps, Hypothesis, Output
 from model.quantize import check_int8, quantize_transformer
+from model.segment import Segmented, joined, segment, whole
 from model.tokenizer import Tokenizer
 from model.transformer import Transformer
 
@@ -39,6 +41,16 @@ def check_device(device: str) -> None:
         raise ConfigError(f"device {device}: CUDA is not available here ({why}); use cpu")
     if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
         raise ConfigError(f"device {device}: there are {torch.cuda.device_count()} GPUs (cuda:0 ...)")
+
+
+def check_texts(texts: Sequence[str]) -> Sequence[str]:
+    """InputError unless texts is a list of strings."""
+    if isinstance(texts, str):
+        raise InputError("texts must be a list of strings, not one string")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"input {i} is {type(text).__name__}, not a string")
+    return texts
 
 
 class Translator:
@@ -106,16 +118,30 @@ class Translator:
     def encode(self, texts: Sequence[str], truncate: bool = False) -> list[list[int]]:
         """Source ids per text as the encoder takes them (ModelConfig.source_ids: within the model's length limit;
         of a summarizer that reads only a document's first tokens, those)."""
-        if isinstance(texts, str):
-            raise InputError("texts must be a list of strings, not one string")
+        check_texts(texts)
         out = []
         for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InputError(f"input {i} is {type(text).__name__}, not a string")
             try:
                 out.append(self.tokenizer.source_ids(text, self.model.cfg, truncate))
             except InputTooLongError as e:
                 raise InputTooLongError(e.length, e.limit, index=i) from None
+        return out
+
+    def segment(self, texts: Sequence[str]) -> list[Segmented]:
+        """Each text in the segments the model reads (model.segment): a translation model's in sentences, a
+        summarizer's whole."""
+        check_texts(texts)
+        return [segment(t, self.meta.source_lang, self.meta.task) for t in texts]
+
+    def encode_segments(self, texts: Sequence[Segmented], truncate: bool = False) -> list[list[int]]:
+        """Source ids of every segment of every text, in order (encode's, each segment an input)."""
+        out = []
+        for i, text in enumerate(texts):
+            for j, sentence in enumerate(text.sentences):
+                try:
+                    out.append(self.tokenizer.source_ids(sentence, self.model.cfg, truncate))
+                except InputTooLongError as e:
+                    raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
         return out
 
     def translate(
@@ -125,18 +151,23 @@ class Translator:
         *,
         return_attention: bool = False,
         truncate: bool = False,
+        segment: bool = True,
         max_batch_size: int = 32,
         max_batch_tokens: int = 8192,
         **options: Any,
     ) -> list[Output]:
         """Translate texts with config (default: the checkpoint's own, else the paper's beam search), any of its fields
-        overridden by keyword options (beam_size=5, early_stopping=False, ...). One Output per text, in order."""
+        overridden by keyword options (beam_size=5, early_stopping=False, ...). One Output per text, in order.
+        A text is cut into sentences (segment), all of which go into one search, and their outputs are joined
+        back into the text's shape (model.segment); segment=False reads each text whole."""
         cfg = self.decoding_config(config, **options)
-        ids = self.encode(texts, truncate)
+        segmented = self.segment(texts) if segment else [whole(t) for t in check_texts(texts)]
+        ids = self.encode_segments(segmented, truncate)
         outputs: list[Output | None] = [None] * len(ids)
         for i, nbest in self.search_refilled(ids, cfg, max_batch_size, max_batch_tokens):
             outputs[i] = Output([self.read(ids[i], h, return_attention) for h in nbest])
-        return [o for o in outputs if o is not None]
+        done = iter(outputs)
+        return [joined(t, [o for o in itertools.islice(done, len(t.spans)) if o is not None]) for t in segmented]
 
     def search_refilled(
         self, ids: list[list[int]], cfg: DecodingConfig, max_size: int = 32, max_tokens: int = 8192

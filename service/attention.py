@@ -36,13 +36,14 @@ VIEWS: dict[AttentionKind, View] = {
 
 @dataclass(frozen=True)
 class AttentionSelection:
-    """Which attention maps a /attention request answers: of which hypothesis of the n-best list (from 0), and
-    which kinds, layers and heads (None: every one)."""
+    """Which attention maps a /attention request answers: of which sentence of the text and which hypothesis of
+    its n-best list (from 0), and which kinds, layers and heads (None: every one)."""
 
     kinds: tuple[AttentionKind, ...] = ATTENTION_KINDS
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     hypothesis: int = 0
+    sentence: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionSelection:
@@ -52,6 +53,7 @@ class AttentionSelection:
             None if layers is None else tuple(layers),
             None if heads is None else tuple(heads),
             int(data.get("hypothesis", 0)),
+            int(data.get("sentence", 0)),
         )
 
     def cells(self, source: int, limit: int, model: ModelConfig) -> int:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
-from model.errors import CheckpointError, InputError, ModelError
+from model.errors import CheckpointError, InputError, InputTooLongError, ModelError
+from model.segment import Segmented, segment
 from model.tokenizer import Tokenizer
 from model.translator import Translator
 from service.errors import InvalidRequest, ModelNotFound
@@ -42,13 +43,30 @@ class ModelInfo:
         """The dtype it is served in: int8 for an int8 checkpoint (`transformer quantize`), else configured."""
         return "int8" if self.meta.weights == "int8" else configured
 
-    def source_length(self, text: str, field: str, truncate: bool) -> int:
-        """Source tokens of text as the encoder takes them (EOS included); InvalidRequest when the model cannot
-        take it (too long without truncate, invalid Unicode)."""
-        try:
-            return len(self.tokenizer.source_ids(text, self.meta.model, truncate))
-        except InputError as e:
-            raise InvalidRequest(field, str(e)) from None
+    def segment(self, text: str) -> Segmented:
+        """The text in the segments the model reads (model.segment), as a worker's Translator cuts it."""
+        return segment(text, self.meta.source_lang, self.meta.task)
+
+    def source_lengths(self, text: str, field: str, truncate: bool, most_segments: int) -> list[int]:
+        """Source tokens of each of text's segments as the encoder takes them (EOS included); InvalidRequest when
+        it has more than most_segments of them, or when the model cannot take one (too long without truncate,
+        invalid Unicode)."""
+        segments = self.segment(text).sentences
+        if len(segments) > most_segments:
+            raise InvalidRequest(
+                field,
+                f"{len(segments):,} sentences, more than the limit of {most_segments:,} per text "
+                "(TRANSFORMER_MAX_SENTENCES): send it in parts",
+            )
+        lengths = []
+        for j, sentence in enumerate(segments):
+            try:
+                lengths.append(len(self.tokenizer.source_ids(sentence, self.meta.model, truncate)))
+            except InputTooLongError as e:
+                raise InvalidRequest(field, str(InputTooLongError(e.length, e.limit, sentence=j))) from None
+            except InputError as e:
+                raise InvalidRequest(field, str(e)) from None
+        return lengths
 
 
 class Registry:
@@ -109,11 +127,15 @@ class Registry:
             "name one with 'model' or narrow 'source' and 'target'",
         )
 
-    def lengths(self, model: str, texts: list[str], truncate: bool, field: str = "q") -> list[int]:
-        """Check texts against a model; returns each one's source tokens. CPU work: callers on the event loop
-        run it in a thread for all but short texts."""
+    def lengths(
+        self, model: str, texts: list[str], truncate: bool, field: str = "q", most_segments: int = 1_000_000
+    ) -> list[int]:
+        """Check texts against a model; returns the source tokens of each of their segments, in order. CPU
+        work: callers on the event loop run it in a thread for all but short texts."""
         info = self.get(model)
-        return [info.source_length(t, f"{field}[{i}]", truncate) for i, t in enumerate(texts)]
+        return [
+            n for i, t in enumerate(texts) for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments)
+        ]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
         """Load every model's weights and warm it up with one short decode. An int8 checkpoint (`transformer

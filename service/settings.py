@@ -37,6 +37,7 @@ class ServiceSettings(BaseSettings):
     max_chars: int = Field(default=5000, ge=1, le=100_000)  # per text (le: the schema's own caps)
     max_texts: int = Field(default=64, ge=1, le=1000)  # per /translate or /summarize request
     max_job_texts: int = Field(default=10000, ge=1, le=100_000)  # per batch job
+    max_sentences: int = Field(default=500, ge=1)  # per text, as model.segment cuts it
     max_beam_size: int = Field(default=8, ge=1)
     max_queue: int = Field(default=1000, ge=1)  # tasks queued or in flight before 429
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)  # any transfer encoding

@@ -137,12 +137,26 @@ class SummarizeRequest(TextRequest):
         return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding(base)
 
 
+class SentenceSpan(BaseModel):
+    """One sentence of a text: where it is in the text, and where its output is in the output ([start, end) in
+    characters)."""
+
+    source: tuple[int, int]
+    output: tuple[int, int]
+
+
 class Hypothesis(BaseModel):
-    """One output of the search."""
+    """One output of the search. A text of several sentences is translated sentence by sentence, the outputs
+    joined with the text's own whitespace and line breaks: its score and tokens are the sum and concatenation
+    of theirs."""
 
     text: str
     score: float = Field(description="log-probability divided by the length penalty")
     tokens: list[str] = Field(description="its tokens (SentencePiece pieces), EOS left out")
+    sentences: list[SentenceSpan] = Field(
+        default_factory=list,
+        description="how the text was cut into sentences, and where each one's output is (format text only)",
+    )
 
 
 class Output(Hypothesis):
@@ -151,13 +165,23 @@ class Output(Hypothesis):
     alternatives: list[Hypothesis] = Field(description="the rest of the n-best list, best first")
 
 
+def spans_of(h: output.Hypothesis) -> list[SentenceSpan]:
+    return [SentenceSpan(source=s.source, output=s.output) for s in h.sentences]
+
+
 def hypothesis_of(h: output.Hypothesis) -> Hypothesis:
-    return Hypothesis(text=h.text, score=h.score, tokens=h.tokens)
+    return Hypothesis(text=h.text, score=h.score, tokens=h.tokens, sentences=spans_of(h))
 
 
 def output_of(o: output.Output) -> Output:
     best, *rest = o.hypotheses
-    return Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=[hypothesis_of(h) for h in rest])
+    return Output(
+        text=best.text,
+        score=best.score,
+        tokens=best.tokens,
+        sentences=spans_of(best),
+        alternatives=[hypothesis_of(h) for h in rest],
+    )
 
 
 class TranslateResponse(BaseModel):
@@ -233,6 +257,12 @@ class AttentionRequest(DecodeOptions):
         ge=0,
         description="whose attention: the n-best list's hypothesis of this index (0, the best; less than n_best)",
     )
+    sentence: int = Field(
+        0,
+        ge=0,
+        le=MOST_CHARS,
+        description="of a text of several sentences, the one (from 0) whose maps to return: each is translated alone",
+    )
     kinds: list[AttentionKind] = Field(
         list(ATTENTION_KINDS),
         min_length=1,
@@ -267,6 +297,7 @@ class AttentionResponse(BaseModel):
 
     model: str
     hypothesis: int = Field(description="the index in hypotheses of the one these maps belong to")
+    sentence: int = Field(0, description="the sentence of the text these maps belong to (see hypotheses' sentences)")
     text: str
     score: float
     hypotheses: list[Hypothesis]
@@ -325,13 +356,14 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-def attention_json(model: str, index: int, hypotheses: list[output.Hypothesis], maps: str) -> str:
+def attention_json(model: str, index: int, sentence: int, hypotheses: list[output.Hypothesis], maps: str) -> str:
     """An AttentionResponse as JSON text: the n-best list, the chosen hypothesis (index), and its maps as the
     worker wrote them (service.attention.maps_json), which are not parsed again."""
     chosen = hypotheses[index]
     fields = {
         "model": model,
         "hypothesis": index,
+        "sentence": sentence,
         "text": chosen.text,
         "score": chosen.score,
         "hypotheses": [hypothesis_of(h).model_dump() for h in hypotheses],

@@ -106,9 +106,10 @@ def decode_cost(lengths: list[int], cfg: DecodingConfig, model_max_len: int) -> 
 
 
 async def checked_lengths(service: Service, job: Job, field: str, limit: int, setting: str) -> list[int]:
-    """Tokenize the job's texts and check its cost. Short texts are tokenized on the event loop (tens of
+    """Tokenize the job's texts, segment by segment (model.segment: sentences, as the worker will cut them), and
+    check its cost; the lengths of every segment, in order. Short texts are tokenized on the event loop (tens of
     microseconds, less than handing them to a thread); longer ones in a thread, so that the loop keeps answering."""
-    args = (job.model, job.texts, job.truncate, field)
+    args = (job.model, job.texts, job.truncate, field, service.settings.max_sentences)
     if sum(len(t) for t in job.texts) <= INLINE_CHARS:
         lengths = service.registry.lengths(*args)
     else:
@@ -276,11 +277,14 @@ async def attention(req: AttentionRequest, service: ReadyService, owner: Owner, 
     if req.hypothesis >= options.n_best:
         raise InvalidRequest("hypothesis", f"{req.hypothesis} is not an index of an n-best list of {options.n_best}")
     layers, heads = (None if x is None else tuple(x) for x in (req.layers, req.heads))
-    selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), layers, heads, req.hypothesis)
+    selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), layers, heads, req.hypothesis, req.sentence)
     selection.check(info.meta.model)
     deadline = time.time() + s.request_timeout_s
     job = Job(info.id, [req.q], options, attention=selection, truncate=req.truncate, owner=owner, deadline=deadline)
-    [length] = await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+    lengths = await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+    if req.sentence >= len(lengths):
+        raise InvalidRequest("sentence", f"{req.sentence} is not an index of the text's {len(lengths)} sentences")
+    length = lengths[req.sentence]
     check_cells(
         selection.cells(length, options.output_limit(length, info.max_len), info.meta.model), s.max_attention_cells
     )
@@ -288,4 +292,5 @@ async def attention(req: AttentionRequest, service: ReadyService, owner: Owner, 
     [out] = answer.outputs
     index = min(req.hypothesis, len(out.hypotheses) - 1)  # a search may end with fewer than n_best
     assert answer.attention is not None  # asked for, so the worker made it
-    return Response(attention_json(info.id, index, out.hypotheses, answer.attention), media_type="application/json")
+    maps = attention_json(info.id, index, req.sentence, out.hypotheses, answer.attention)
+    return Response(maps, media_type="application/json")

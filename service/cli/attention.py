@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--layer", type=int, default=-1, help="layer index; negative counts from the last (default -1)")
     p.add_argument("--head", type=head_arg, default=None, metavar="H|mean", help="head index, or mean (default)")
+    p.add_argument(
+        "--sentence", type=int, default=0, help="of a text of several sentences, the one whose maps to draw (from 0)"
+    )
     p.add_argument("--truncate", action="store_true", help="cut an input longer than the model's limit")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     add_decoding_options(p)
@@ -56,14 +59,22 @@ def run_attention(args: argparse.Namespace) -> int:
     require_train_extra("attention", ("matplotlib",))  # the PNG
     translator = Translator.load(args.model, device=args.device)
     cfg = decoding_config(args, translator.meta.decoding)
-    best = translator.translate([args.text], cfg, return_attention=True, truncate=args.truncate)[0]
+    sentences = translator.segment([args.text])[0].sentences
+    if not 0 <= args.sentence < len(sentences):
+        print(f"error: --sentence {args.sentence}: the text has {len(sentences)} sentences", file=sys.stderr)
+        return 2
+    if len(sentences) > 1:  # the whole text's output, then the maps of the one sentence (decoded alone, as always)
+        print(translator.translate([args.text], cfg, truncate=args.truncate)[0].text, flush=True)
+    one = [sentences[args.sentence]]
+    best = translator.translate(one, cfg, return_attention=True, truncate=args.truncate, segment=False)[0]
     assert best.attention is not None
     heatmap = select(best.attention, args.kind, args.layer, args.head)
-    print(best.text, flush=True)
+    if len(sentences) == 1:
+        print(best.text, flush=True)
     print(f"wrote {write_png(heatmap, args.png)} ({heatmap.title})", file=sys.stderr)
     if args.json:
         maps = maps_json(best.attention, AttentionSelection())
-        body = attention_json(Path(args.model).resolve().name, 0, best.hypotheses, maps)
+        body = attention_json(Path(args.model).resolve().name, 0, args.sentence, best.hypotheses, maps)
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(body)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from model.beam import Admission, BeamLoop, Sentence
 from model.errors import ModelError
 from model.output import Output
+from model.segment import Segmented, joined
 from model.translator import Translator
 from service.attention import maps_json
 from service.queue.contract import Answer, Job, QueueUnavailable, WorkerQueue
@@ -30,10 +31,10 @@ ADMIT_WAIT_STEPS = 3  # or after this many steps (model.beam.Admission)
 
 @dataclass
 class Item:
-    """One text of a job, encoded."""
+    """One segment of a job's texts (a sentence, model.segment), encoded."""
 
     job: Job
-    index: int
+    index: int  # among the job's segments, in order
     ids: list[int]
     seq: int  # arrival order
 
@@ -50,15 +51,27 @@ class Item:
 
 @dataclass
 class Pending:
-    """A job being worked on: its outputs so far."""
+    """A job being worked on: its texts' segments and their outputs so far."""
 
     job: Job
-    outputs: list[Output | None]
+    texts: list[Segmented]
+    outputs: list[Output | None]  # one per segment
+    decoded: int = 0  # segments with an output
     reported: float = 0.0  # when its progress was last reported (background jobs)
 
     @property
     def done(self) -> int:
-        return sum(o is not None for o in self.outputs)
+        """Texts whose every segment is decoded."""
+        ends = itertools.accumulate(len(t.spans) for t in self.texts)
+        return sum(
+            all(o is not None for o in self.outputs[end - len(t.spans) : end])
+            for t, end in zip(self.texts, ends, strict=True)
+        )
+
+    def joined(self) -> list[Output]:
+        """One output per text, from its segments' (model.segment.joined)."""
+        done = iter(o for o in self.outputs if o is not None)
+        return [joined(t, list(itertools.islice(done, len(t.spans)))) for t in self.texts]
 
 
 @dataclass
@@ -69,8 +82,8 @@ class Pool:
     waiting: list[Item] = field(default_factory=list)
     counter: itertools.count[int] = field(default_factory=itertools.count)
 
-    def add(self, job: Job, ids: list[list[int]]) -> None:
-        self.jobs[job.id] = Pending(job, [None] * len(ids))
+    def add(self, job: Job, texts: list[Segmented], ids: list[list[int]]) -> None:
+        self.jobs[job.id] = Pending(job, texts, [None] * len(ids))
         self.waiting += [Item(job, i, x, next(self.counter)) for i, x in enumerate(ids)]
 
     def take(self, fits: Callable[[Item], bool]) -> list[Item]:
@@ -86,11 +99,13 @@ class Pool:
         return taken
 
     def deliver(self, item: Item, output: Output) -> None:
-        self.jobs[item.job.id].outputs[item.index] = output
+        pending = self.jobs[item.job.id]
+        pending.outputs[item.index] = output
+        pending.decoded += 1
 
     def finished(self) -> list[Pending]:
-        """Jobs whose every text is decoded; removed from the pool."""
-        out = [p for p in self.jobs.values() if p.done == len(p.outputs)]
+        """Jobs whose every segment is decoded; removed from the pool."""
+        out = [p for p in self.jobs.values() if p.decoded == len(p.outputs)]
         for p in out:
             del self.jobs[p.job.id]
         return out
@@ -201,14 +216,15 @@ class Worker:
                 self.queue.finish(job, Answer(error=f"model {job.model!r} is not loaded on this worker"))
                 continue
             try:
-                ids = translator.encode(job.texts, truncate=job.truncate)
+                texts = translator.segment(job.texts)
+                ids = translator.encode_segments(texts, truncate=job.truncate)
             except ModelError as e:
                 self.queue.finish(job, Answer(error=str(e)))
                 continue
-            if not ids:  # the API never sends one; answered rather than held forever
-                self.queue.finish(job, Answer())
+            if not ids:  # blank texts (the API never sends one): answered as they are, not held forever
+                self.queue.finish(job, Answer([joined(t, []) for t in texts]))
                 continue
-            self.pool.add(job, ids)
+            self.pool.add(job, texts, ids)
             self.queue.started(job)
 
     def unwanted(self, jobs: list[Job]) -> set[str]:
@@ -270,7 +286,8 @@ class Worker:
         for sentence in ended:
             item = self.live.pop(sentence.tag)
             job, nbest = item.job, sentence.n_best()
-            chosen = None if job.attention is None else min(job.attention.hypothesis, len(nbest) - 1)
+            asked = job.attention is not None and job.attention.sentence == item.index  # of a one-text job
+            chosen = min(job.attention.hypothesis, len(nbest) - 1) if job.attention is not None and asked else None
             output = Output([translator.read(item.ids, h, return_attention=j == chosen) for j, h in enumerate(nbest)])
             if job.attention is not None and chosen is not None:
                 maps = output.hypotheses[chosen].attention
@@ -279,8 +296,7 @@ class Worker:
             self.pool.deliver(item, output)
             touched[job.id] = job
         for pending in self.pool.finished():
-            outputs = [o for o in pending.outputs if o is not None]
-            self.queue.finish(pending.job, Answer(outputs, attention.get(pending.job.id)))
+            self.queue.finish(pending.job, Answer(pending.joined(), attention.get(pending.job.id)))
         now = time.monotonic()
         for job in touched.values():
             held = self.pool.jobs.get(job.id)

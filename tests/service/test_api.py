@@ -180,6 +180,40 @@ def test_jobs_progress_and_results(client: TestClient, translator: Translator) -
 LONG = "kalo mine ruza " * 40  # far more than the 64 tokens tiny-en-de takes
 
 
+def test_a_paragraph_is_translated_sentence_by_sentence_on_every_path(
+    client: TestClient, translator: Translator
+) -> None:
+    """/translate, /jobs and /attention cut a text into sentences, translate them as rows of one search and join
+    the outputs with the text's own whitespace; the answer says where each sentence and its output are."""
+    parts = [s.capitalize() + "." for s in make_sentences(5, seed=31, min_words=3, max_words=7)]
+    paragraph = " ".join(parts[:3]) + "\n\n" + "  ".join(parts[3:])
+    alone = [o.text for o in translator.translate(parts, segment=False, beam_size=2, max_len_a=0.0, max_len_b=6)]
+    want = " ".join(alone[:3]) + "\n\n" + "  ".join(alone[3:])
+    r = client.post("/translate", json={"q": [paragraph, "Save changes"], "beam_size": 2, **SHORT})
+    assert r.status_code == 200, r.text
+    got = r.json()["translations"][0]
+    assert r.json()["translatedText"][0] == want == got["text"]
+    assert [paragraph[a:b] for a, b in (s["source"] for s in got["sentences"])] == parts
+    assert [want[a:b] for a, b in (s["output"] for s in got["sentences"])] == alone
+    job = client.post("/jobs", json={"texts": [paragraph, parts[0]], "beam_size": 2, **SHORT}).json()
+    deadline = time.monotonic() + 60
+    while (job := client.get(f"/jobs/{job['id']}").json())["status"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert job["progress"] == {"done": 2, "total": 2}
+    assert [o["text"] for o in job["results"]] == [want, alone[0]]
+    a = client.post("/attention", json={"q": paragraph, "sentence": 1, "kinds": ["cross"], "beam_size": 2, **SHORT})
+    assert a.status_code == 200, a.text
+    maps = translator.translate(
+        [parts[1]], segment=False, beam_size=2, max_len_a=0.0, max_len_b=6, return_attention=True
+    )
+    assert maps[0].attention is not None
+    assert a.json()["sentence"] == 1 and a.json()["text"] == want
+    assert a.json()["cross"] == torch.round(maps[0].attention.cross.double(), decimals=3).tolist()
+    bad = client.post("/attention", json={"q": paragraph, "sentence": 5, **SHORT})
+    assert_error(bad, 422, "invalid_request", "5", "5 sentences")
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "code", "words"),
     [
@@ -189,6 +223,8 @@ LONG = "kalo mine ruza " * 40  # far more than the 64 tokens tiny-en-de takes
         ("post", "/translate", {"q": ["a"] * 65}, 422, "invalid_request", ("65 texts", "64")),
         ("post", "/translate", {"q": "a" * 5001}, 422, "invalid_request", ("q[0]", "5001 characters")),
         ("post", "/translate", {"q": LONG}, 422, "invalid_request", ("q[0]", "limit of 64", "truncate")),
+        ("post", "/translate", {"q": f"Fine. {LONG}."}, 422, "invalid_request", ("q[0]", "sentence 1 has")),
+        ("post", "/translate", {"q": "Go. " * 600}, 422, "invalid_request", ("q[0]", "600 sentences", "500")),
         ("post", "/translate", {"q": "a", "beam_size": 9}, 422, "invalid_request", ("beam_size", "limit of 8")),
         ("post", "/translate", {"q": "a", "beam_size": 0}, 422, "invalid_request", ("beam_size",)),
         ("post", "/translate", {"q": "a", "beam_size": 2, "n_best": 3}, 422, "invalid_request", ("n_best",)),
