@@ -108,10 +108,6 @@ class Unavailable(ServiceError):
         super().__init__(message, headers={"Retry-After": str(retry_after)})
 
 
-class NotImplementedHere(ServiceError):
-    status, code = 501, "not_implemented"
-
-
 class RequestTimeout(ServiceError):
     status, code = 504, "timeout"
 

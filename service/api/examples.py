@@ -113,14 +113,6 @@ MODELS_RESPONSE: JsonDict = {
 HEALTHZ: JsonDict = {"status": "ok"}
 READYZ: JsonDict = {"status": "ready", "models": ["en-de"], "queue": "embedded"}
 METRICS = 'transformer_queue_depth 0\ntransformer_requests_total{route="/translate",status="200"} 12\n'
-DETECT_ERROR: JsonDict = {
-    "error": {
-        "code": "not_implemented",
-        "message": "language detection is not available on this "
-        "service: name the source language, or send source 'auto' to /translate",
-        "details": None,
-    }
-}
 
 
 def json_example(example: object, description: str = "OK") -> dict[str, Any]:

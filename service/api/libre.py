@@ -1,6 +1,6 @@
 """LibreTranslate's API beside ours (its published request and answer shapes), so that its clients work unchanged:
 form-encoded bodies, `api_key` in the body, `format: html`, `alternatives`, `source: "auto"`, GET /languages and
-POST /detect (501: no language detection here)."""
+POST /detect (service.detect)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import threading
 
 from service.api.access import Access
 from service.api.metrics import RequestMetrics
+from service.detect import Detector
 from service.queue.contract import ApiQueue
 from service.queue.memory import MemoryQueue
 from service.queue.worker import Worker
@@ -39,6 +40,7 @@ class Service:
         self.metrics = RequestMetrics()
         self.ready = threading.Event()
         self.load_error: str | None = None
+        self.detector = Detector(())  # the models' languages', once they are read
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -64,6 +66,7 @@ class Service:
                 t = threading.Thread(target=worker.run, args=(self.stop,), name="worker", daemon=True)
                 t.start()
                 self.threads.append(t)
+            self.detector = Detector.of(registry)
             self.registry, self.load_error = registry, None
             freeze_loaded()
             self.ready.set()

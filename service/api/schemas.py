@@ -196,6 +196,35 @@ class TranslateResponse(BaseModel):
         ),
     )
     translations: list[Output]
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
+        None, description="with source 'auto': each text's language as detected, shaped like q (LibreTranslate)"
+    )
+    models: list[str] | None = Field(
+        None, description="with source 'auto' and texts in several languages: each text's model, in q's order"
+    )
+
+
+class DetectRequest(Strict):
+    """LibreTranslate's POST /detect body."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"q": "Die Datei wurde nicht gefunden."}]}
+    )
+
+    q: Text = Field(..., description="the text whose language to tell (at least 10 letters)")
+    api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(
+        None, description="LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours"
+    )
+
+
+class DetectedLanguage(BaseModel):
+    """A language the text may be in (ISO 639-1), among those of the service's models, with the detector's
+    confidence in percent."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"language": "de", "confidence": 99.4}]})
+
+    language: str
+    confidence: float
 
 
 class Language(BaseModel):

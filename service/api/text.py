@@ -15,15 +15,15 @@ from starlette.types import Receive
 
 from model.config import DecodingConfig
 from model.errors import ConfigError
-from service.api import examples
 from service.api.deps import Owner, ReadyService
-from service.api.examples import json_example
 from service.api.libre import html_join, html_parts, language_name
 from service.api.runtime import Service
 from service.api.schemas import (
     AttentionRequest,
     AttentionResponse,
     DecodeOptions,
+    DetectedLanguage,
+    DetectRequest,
     ErrorResponse,
     Hypothesis,
     Language,
@@ -36,12 +36,11 @@ from service.api.schemas import (
     output_of,
 )
 from service.attention import AttentionSelection, check_cells
+from service.detect import MIN_LETTERS, Guess
 from service.errors import (
-    BadRequest,
     ClientClosed,
     InvalidRequest,
     JobFailed,
-    NotImplementedHere,
     ResultTooLarge,
     TooCostly,
 )
@@ -124,23 +123,45 @@ async def checked_lengths(service: Service, job: Job, field: str, limit: int, se
     return lengths
 
 
-def resolve(service: Service, task: str, req: TextRequest) -> ModelInfo:
-    """The model of a request; source "auto" (LibreTranslate's) leaves the choice to the target alone."""
-    if req.source != "auto":
-        return service.registry.resolve(task, req.model, req.source, req.target)
-    try:
-        return service.registry.resolve(task, req.model, None, req.target)
-    except InvalidRequest:
-        fits = sorted(
-            f"{m.id} ({m.meta.source_lang or '?'} -> {m.meta.target_lang or '?'})"
-            for m in service.registry.models.values()
-            if m.task == task and (req.target is None or m.meta.target_lang == req.target)
-        )
-        raise BadRequest(
-            f"source 'auto': no language detection here, and several {task} models fit: "
-            f"{', '.join(fits)}; name the source language or the model",
-            details={"models": fits},
-        ) from None
+def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> tuple[list[ModelInfo], list[Guess]]:
+    """Each text's model, and with source "auto" (LibreTranslate's) and no model named, each text's detected
+    language: the model is the one from that language to the target (the only one for the target, when a text
+    is too short to tell)."""
+    if req.source != "auto" or req.model is not None:
+        source = None if req.source == "auto" else req.source
+        return [service.registry.resolve(task, req.model, source, req.target)] * len(texts), []
+    fits = {
+        m.meta.source_lang: m
+        for m in service.registry.models.values()
+        if m.task == task and m.meta.source_lang and (req.target is None or m.meta.target_lang == req.target)
+    }
+    if not fits:
+        return [service.registry.resolve(task, None, None, req.target)] * len(texts), []
+    infos, guesses = [], []
+    for i, text in enumerate(texts):
+        guess = detected(service, text, f"q[{i}]", fits)
+        if guess.language not in fits:
+            to = f" to {req.target}" if req.target else ""
+            raise InvalidRequest(
+                f"q[{i}]",
+                f"detected {guess.language} ({guess.confidence:g}%), and no {task} model reads {guess.language}{to}; "
+                f"models here read {', '.join(sorted(fits))}",
+            )
+        infos.append(fits[guess.language])
+        guesses.append(guess)
+    return infos, guesses
+
+
+def detected(service: Service, text: str, field: str, fits: dict[str, ModelInfo]) -> Guess:
+    """The most likely language of text among the fitting models' sources. When one model fits, it is that
+    one's, with the detector's confidence in it among all the models' languages (0 for a text too short to
+    tell): a request that worked before detection still does."""
+    if len(fits) > 1:
+        return service.detector.detect(text, field, fits)[0]
+    [only] = fits
+    if sum(c.isalpha() for c in text) < MIN_LETTERS:
+        return Guess(only, 0.0)
+    return next((g for g in service.detector.detect(text, field) if g.language == only), Guess(only, 0.0))
 
 
 # -- a request's job, queued and waited for -------------------------------------------------------
@@ -177,12 +198,29 @@ async def run(service: Service, job: Job, request: Request) -> Answer:
 
 async def decode_texts(
     service: Service, req: TextRequest, task: str, owner: str | None, request: Request
-) -> tuple[ModelInfo, list[Output]]:
-    """Decode the request's texts (for format html, the text between its tags) and return one output per text."""
+) -> tuple[list[ModelInfo], list[Output], list[Guess]]:
+    """Decode the request's texts (for format html, the text between its tags): one job per model (source
+    "auto" may pick several), one output and model per text, and the languages detected for source "auto"."""
     s = service.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", s.max_texts, s)
-    info = resolve(service, task, req)
+    infos, guesses = resolve(service, task, req, texts)
+    outputs: list[Output | None] = [None] * len(texts)
+    for model in dict.fromkeys(m.id for m in infos):
+        mine = [i for i, m in enumerate(infos) if m.id == model]
+        info = infos[mine[0]]
+        for i, out in zip(
+            mine, await decode_with(service, info, req, [texts[i] for i in mine], owner, request), strict=True
+        ):
+            outputs[i] = out
+    return infos, [o for o in outputs if o is not None], guesses
+
+
+async def decode_with(
+    service: Service, info: ModelInfo, req: TextRequest, texts: list[str], owner: str | None, request: Request
+) -> list[Output]:
+    """Decode texts with one model as one job: one output per text."""
+    s = service.settings
     options = options_of(req, s, info, n_best_at_least=1 + req.alternatives)
     documents = [html_parts(t) for t in texts] if req.format == "html" else None
     pieces = texts if documents is None else [p.strip() for d in documents for p, is_text in d if is_text]
@@ -192,7 +230,7 @@ async def decode_texts(
         job = Job(info.id, pieces, options, truncate=req.truncate, owner=owner, deadline=deadline)
         await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         outputs = [output_of(o) for o in (await run(service, job, request)).outputs]
-    return info, outputs if documents is None else html_outputs(documents, outputs)
+    return outputs if documents is None else html_outputs(documents, outputs)
 
 
 def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[Output]) -> list[Output]:
@@ -220,16 +258,25 @@ def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[Output])
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, tags=["text"])
 async def translate(req: TextRequest, service: ReadyService, owner: Owner, request: Request) -> TranslateResponse:
-    """Translate one text or a list; choose the model by `model`, or by `source` and `target`. LibreTranslate's
-    clients work unchanged: form bodies, `api_key`, `format: html`, `alternatives` and `source: "auto"`."""
-    info, outputs = await decode_texts(service, req, "translation", owner, request)
+    """Translate one text or a list; choose the model by `model`, or by `source` and `target`. A text is
+    translated sentence by sentence. LibreTranslate's clients work unchanged: form bodies, `api_key`,
+    `format: html`, `alternatives` and `source: "auto"` (each text's language detected)."""
+    infos, outputs, guesses = await decode_texts(service, req, "translation", owner, request)
     one = isinstance(req.q, str)
     best: str | list[str] = outputs[0].text if one else [o.text for o in outputs]
     alternatives: list[str] | list[list[str]] | None = None
     if req.alternatives:
         each = [[h.text for h in o.alternatives][: req.alternatives] for o in outputs]
         alternatives = each[0] if one else each
-    return TranslateResponse(model=info.id, translatedText=best, alternatives=alternatives, translations=outputs)
+    found = [DetectedLanguage(language=g.language, confidence=g.confidence) for g in guesses]
+    return TranslateResponse(
+        model=infos[0].id,
+        translatedText=best,
+        alternatives=alternatives,
+        translations=outputs,
+        detectedLanguage=(found[0] if one else found) if found else None,
+        models=[m.id for m in infos] if len({m.id for m in infos}) > 1 else None,
+    )
 
 
 @router.get("/languages", response_model=list[Language], tags=["text"])
@@ -242,26 +289,20 @@ async def languages(service: ReadyService) -> list[Language]:
     return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
 
 
-@router.post(
-    "/detect",
-    status_code=501,
-    tags=["text"],
-    responses={501: {**json_example(examples.DETECT_ERROR, "Not implemented"), "model": ErrorResponse}},
-)
-async def detect() -> None:
-    """LibreTranslate's language detection: not offered here (501)."""
-    raise NotImplementedHere(
-        "language detection is not available on this service: name the source language, or "
-        "send source 'auto' to /translate, which picks the model by its target"
-    )
+@router.post("/detect", response_model=list[DetectedLanguage], tags=["text"])
+async def detect(req: DetectRequest, service: ReadyService) -> list[DetectedLanguage]:
+    """The language of a text among those of the service's models, most likely first, confidence in percent
+    (LibreTranslate's POST /detect); 422 for a text too short to tell."""
+    guesses = await asyncio.to_thread(service.detector.detect, req.q, "q")
+    return [DetectedLanguage(language=g.language, confidence=g.confidence) for g in guesses]
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
 async def summarize(req: SummarizeRequest, service: ReadyService, owner: Owner, request: Request) -> SummarizeResponse:
     """Summarize one document or a list; `length` (short, medium, long, or [min, max] tokens) sets the summary's
     length, and `truncate` cuts a document longer than the model takes."""
-    info, outputs = await decode_texts(service, req, "summarization", owner, request)
-    return SummarizeResponse(model=info.id, summaries=outputs)
+    infos, outputs, _ = await decode_texts(service, req, "summarization", owner, request)
+    return SummarizeResponse(model=infos[0].id, summaries=outputs)
 
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])

@@ -37,9 +37,12 @@ def test_libretranslates_own_client_works_unchanged(server: Server, models_dir: 
     lt = LibreTranslateAPI(server.url, api_key=KEY)  # form bodies, the key as the api_key field
     assert lt.translate(TEXT, "en", "de") == translator(models_dir).translate([TEXT])[0].text
     assert lt.languages() == [{"code": "en", "name": "English", "targets": ["de"]}]
+    [best, other] = lt.detect("Die Datei wurde nicht gefunden, weil die Festplatte voll ist.")
+    assert best["language"] == "de" and other["language"] == "en" and best["confidence"] > 90
+    assert best["confidence"] + other["confidence"] == pytest.approx(100, abs=0.2)
     with pytest.raises(urllib.error.HTTPError) as e:
-        lt.detect(TEXT)
-    assert e.value.code == 501 and "language detection is not available" in e.value.read().decode()
+        lt.detect("Datei")  # too short to tell
+    assert e.value.code == 422 and "too short to tell" in e.value.read().decode()
     with pytest.raises(urllib.error.HTTPError) as e:
         LibreTranslateAPI(server.url, api_key="wrong-key-0123456789").translate(TEXT, "en", "de")
     assert e.value.code == 401
@@ -105,19 +108,38 @@ def two_sources(tmp_path: Path, models_dir: Path, spm_dir: Path) -> Path:
     return tmp_path
 
 
-def test_source_auto_picks_the_one_model_for_the_target_or_lists_them(
+ENGLISH = "The file could not be saved because the disk is full."
+FRENCH = "Le fichier n'a pas pu être enregistré car le disque est plein."
+
+
+def test_source_auto_detects_each_texts_language_and_picks_its_model(
     serve: Callable[..., Server], two_sources: Path
 ) -> None:
+    """LibreTranslate detects the first text's language and applies it to all; here each text has its own."""
     server = serve()
     r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "de", **SHORT})
-    assert r.status_code == 200 and r.json()["model"] == "tiny-en-de"  # models_dir: one model into de
+    assert r.status_code == 200 and r.json()["model"] == "tiny-en-de"  # one model into de: too short is no matter
+    r = httpx.post(f"{server.url}/translate", json={"q": [ENGLISH], "source": "auto", "target": "de", **SHORT})
+    assert r.json()["detectedLanguage"][0]["language"] == "en" and "models" not in r.json()
+    r = httpx.post(
+        f"{server.url}/translate",
+        json={"q": "Die Datei wurde nicht gefunden, weil die Festplatte voll ist.", "source": "auto", "target": "de"},
+    )
+    assert r.status_code == 200 and r.json()["model"] == "tiny-en-de"  # the one model into de, however unsure
+    assert r.json()["detectedLanguage"]["language"] == "en" and r.json()["detectedLanguage"]["confidence"] < 10
     server = Server(ServiceSettings(models_dir=two_sources)).__enter__()
     try:
         server.wait_ready()
-        r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "de", **SHORT})
-        assert r.status_code == 400
-        assert r.json()["error"]["details"]["models"] == ["tiny-en-de (en -> de)", "tiny-fr-de (fr -> de)"]
-        assert "no language detection" in r.json()["error"]["message"]
+        body = {"q": [FRENCH, ENGLISH, FRENCH], "source": "auto", "target": "de", "beam_size": 2, **SHORT}
+        r = httpx.post(f"{server.url}/translate", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["models"] == ["tiny-fr-de", "tiny-en-de", "tiny-fr-de"]
+        assert [d["language"] for d in r.json()["detectedLanguage"]] == ["fr", "en", "fr"]
+        for model, text, got in zip(r.json()["models"], body["q"], r.json()["translatedText"], strict=True):
+            alone = {"q": text, "model": model, "beam_size": 2, **SHORT}
+            assert got == httpx.post(f"{server.url}/translate", json=alone).json()["translatedText"]
+        r = httpx.post(f"{server.url}/translate", json={"q": "Save it", "source": "auto", "target": "de", **SHORT})
+        assert r.status_code == 422 and "too short to tell" in r.json()["error"]["message"]
         r = httpx.post(f"{server.url}/translate", json={"q": TEXT, "source": "auto", "target": "xx"})
         assert r.status_code == 404
         languages = httpx.get(f"{server.url}/languages").json()
