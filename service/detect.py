@@ -9,6 +9,7 @@ MIN_LETTERS letters is refused: no detector tells the language of a word or two.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from service.errors import InvalidRequest
 from service.registry import Registry
 
 MIN_LETTERS = 10  # "hello handsome" has 13; "Save", "OK" or "Datei" cannot be told apart
+LETTERS = re.compile(r"[^\W\d_]")  # the OpenAPI document's letter (service.api.schemas.LETTER)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Detector:
     def detect(self, text: str, field: str, among: Iterable[str] | None = None) -> list[Guess]:
         """The languages of text, most likely first, confidences summing to 100 (among: only these languages);
         InvalidRequest for a text too short to tell, or with no language the detector knows to choose from."""
-        letters = sum(c.isalpha() for c in text)
+        letters = len(LETTERS.findall(text))
         if letters < MIN_LETTERS:
             raise InvalidRequest(
                 field, f"too short to tell its language ({letters} letters; at least {MIN_LETTERS}): name the source"

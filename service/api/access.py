@@ -9,6 +9,7 @@ import hmac
 import math
 from collections.abc import Iterable
 
+from service.api.docs import ASSETS
 from service.errors import BadRequest, TooManyRequests, Unauthorized
 from service.queue.contract import ApiQueue
 from service.settings import ServiceSettings
@@ -69,7 +70,8 @@ class Access:
     def needs_key(self, path: str) -> bool:
         if not self.keys or path in PUBLIC or path.startswith("/static/"):
             return False
-        return self.settings.ops_need_key or path not in OPERATIONS
+        operation = path in OPERATIONS or path.startswith(f"{ASSETS}/")
+        return self.settings.ops_need_key or not operation
 
     async def check(
         self, path: str, headers: Iterable[tuple[bytes, bytes]], address: str, body_key: str = ""

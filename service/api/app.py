@@ -10,9 +10,11 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.api import jobs, ops, text
+from service.api.docs import install_docs
 from service.api.envelope import Envelope
 from service.api.guard import Guard
 from service.api.handlers import install_error_handlers
+from service.api.openapi import install_openapi
 from service.api.runtime import Service
 from service.demo import STATIC
 from service.settings import ServiceSettings
@@ -36,11 +38,15 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         lifespan=lifespan,
         description="Dynamic batched beam search over the paper's Transformer (Vaswani et al., 2017).",
         telemetry={"tracing": otel, "metrics": otel, "logs": otel},
+        docs_url=None,  # service.api.docs serves both pages with their assets from the package: no CDN
+        redoc_url=None,
     )
     app.state.service = service
     install_error_handlers(app)
     for routes in (ops, text, jobs):
         app.include_router(routes.router)
+    install_docs(app)
+    install_openapi(app, settings, service.access)
 
     # Middleware added last runs first: the envelope around everything, the guard before every route.
     app.add_middleware(Guard, settings=settings, access=service.access)

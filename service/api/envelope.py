@@ -9,16 +9,16 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.docs import DOCS_PAGES
 from service.api.metrics import RequestMetrics
 from service.logs import REQUEST_ID, request_id
 
 CSP = b"default-src 'self'; frame-ancestors 'none'"
-# FastAPI's /docs and /redoc pages load Swagger UI or ReDoc from a CDN and start them with an inline script.
+# The /docs and /redoc pages (service.api.docs) load Swagger UI or ReDoc from this server and start them with an
+# inline script; ReDoc styles inline and runs a worker from a blob.
 DOCS_CSP = (
-    b"default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-    b"img-src 'self' data: https://fastapi.tiangolo.com https://cdn.redoc.ly; "
-    b"font-src 'self' https://fonts.gstatic.com; worker-src blob:; frame-ancestors 'none'"
+    b"default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    b"img-src 'self' data:; worker-src 'self' blob:; frame-ancestors 'none'"
 )
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 
@@ -33,7 +33,7 @@ class Envelope:
             await self.app(scope, receive, send)
             return
         start, status = time.perf_counter(), 500
-        csp = DOCS_CSP if scope["path"] in ("/docs", "/redoc") else CSP
+        csp = DOCS_CSP if scope["path"] in DOCS_PAGES else CSP
         given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
         rid = request_id(given)
         REQUEST_ID.set(rid)  # this request's log lines carry it (the task's own context)

@@ -4,6 +4,7 @@ has (service.errors): ours, the framework's validation and routing errors, and a
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -54,10 +55,20 @@ def validation_error(e: RequestValidationError) -> ServiceError:
     return InvalidRequest.of(details, more=max(0, len(errors) - MAX_ERRORS))
 
 
-def http_error(e: StarletteHTTPException) -> ServiceError:
-    """The router's own errors (an unknown path, a method a path does not take)."""
+def allowed_methods(app: FastAPI, path: str) -> str:
+    """Every method the OpenAPI document gives this path (the router's own 405 names only one route's)."""
+    methods: set[str] = set()
+    for template, operations in app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in operations}
+    return ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods else set())))
+
+
+def http_error(e: StarletteHTTPException, allow: str | None = None) -> ServiceError:
+    """The router's own errors (an unknown path, a method a path does not take: allow names the ones it does)."""
     kinds: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
-    error = kinds.get(e.status_code, ServiceError)(str(e.detail), headers=getattr(e, "headers", None))
+    headers = {**(getattr(e, "headers", None) or {}), **({"Allow": allow} if allow else {})}
+    error = kinds.get(e.status_code, ServiceError)(str(e.detail), headers=headers or None)
     if e.status_code not in kinds:
         error.status, error.code = e.status_code, "http_error"
     return error
@@ -73,8 +84,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(validation_error(e))
 
     @app.exception_handler(StarletteHTTPException)
-    async def routing(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return error_response(http_error(e))
+    async def routing(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        allow = allowed_methods(app, request.url.path) if e.status_code == 405 else None
+        return error_response(http_error(e, allow))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> JSONResponse:

@@ -28,8 +28,14 @@ NAME_CHARS = 200  # model ids and language codes
 MOST_ALTERNATIVES = 16
 
 
+# A text holds a character that is not white space (str.isspace's, every one of them): the schema's pattern,
+# checked by service.api.text.check_texts with its own message.
+NOT_BLANK = "[^\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+# Detection needs 10 letters (service.detect.MIN_LETTERS): a letter is what this regex's letter class matches.
+LETTER = r"[^\W\d_]"
+TEN_LETTERS = rf"(?:{LETTER}[\W\d_]*){{10}}"
 # Strings are refused when they hold a lone surrogate ("\\ud800" in JSON): pydantic's own str check.
-Text = Annotated[str, Field(max_length=MOST_CHARS)]
+Text = Annotated[str, Field(max_length=MOST_CHARS, json_schema_extra={"pattern": NOT_BLANK})]
 Name = Annotated[str, Field(max_length=NAME_CHARS)]
 # q is one text or a list: a list is validated as a list, anything else as one text.
 UNION_TAGS = frozenset({"one text", "list of texts"})  # labels, not fields: error messages leave them out
@@ -211,7 +217,9 @@ class DetectRequest(Strict):
         extra="forbid", json_schema_extra={"examples": [{"q": "Die Datei wurde nicht gefunden."}]}
     )
 
-    q: Text = Field(..., description="the text whose language to tell (at least 10 letters)")
+    q: Annotated[str, Field(max_length=MOST_CHARS, json_schema_extra={"pattern": TEN_LETTERS})] = Field(
+        ..., description="the text whose language to tell (at least 10 letters)"
+    )
     api_key: Annotated[str, Field(max_length=NAME_CHARS)] | None = Field(
         None, description="LibreTranslate's place for the API key; `Authorization: Bearer KEY` is ours"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from dataclasses import replace
 from typing import Any
@@ -19,6 +20,7 @@ from service.api.deps import Owner, ReadyService
 from service.api.libre import html_join, html_parts, language_name
 from service.api.runtime import Service
 from service.api.schemas import (
+    NOT_BLANK,
     AttentionRequest,
     AttentionResponse,
     DecodeOptions,
@@ -36,7 +38,7 @@ from service.api.schemas import (
     output_of,
 )
 from service.attention import AttentionSelection, check_cells
-from service.detect import MIN_LETTERS, Guess
+from service.detect import LETTERS, MIN_LETTERS, Guess
 from service.errors import (
     ClientClosed,
     InvalidRequest,
@@ -49,8 +51,9 @@ from service.registry import ModelInfo
 from service.settings import ServiceSettings
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    c: {"model": ErrorResponse} for c in (400, 401, 404, 413, 422, 429, 500, 503, 504)
+    c: {"model": ErrorResponse} for c in (400, 401, 404, 413, 422, 429, 503, 504)
 }
+BLANK_FREE = re.compile(NOT_BLANK)
 router = APIRouter(responses=ERRORS)
 INLINE_CHARS = 4096  # texts of at most this many characters in all are tokenized on the event loop
 
@@ -64,7 +67,7 @@ def check_texts(texts: list[str], field: str, limit: int, settings: ServiceSetti
     if len(texts) > limit:
         raise InvalidRequest(field, f"{len(texts)} texts, more than the limit of {limit} per request")
     for i, text in enumerate(texts):
-        if not text.strip():
+        if not BLANK_FREE.search(text):  # the schema's NOT_BLANK: what str.strip() leaves nothing of
             raise InvalidRequest(f"{field}[{i}]", "empty text")
         if len(text) > settings.max_chars:
             raise InvalidRequest(
@@ -159,7 +162,7 @@ def detected(service: Service, text: str, field: str, fits: dict[str, ModelInfo]
     if len(fits) > 1:
         return service.detector.detect(text, field, fits)[0]
     [only] = fits
-    if sum(c.isalpha() for c in text) < MIN_LETTERS:
+    if len(LETTERS.findall(text)) < MIN_LETTERS:
         return Guess(only, 0.0)
     return next((g for g in service.detector.detect(text, field) if g.language == only), Guess(only, 0.0))
 
@@ -293,6 +296,7 @@ async def languages(service: ReadyService) -> list[Language]:
 async def detect(req: DetectRequest, service: ReadyService) -> list[DetectedLanguage]:
     """The language of a text among those of the service's models, most likely first, confidence in percent
     (LibreTranslate's POST /detect); 422 for a text too short to tell."""
+    check_texts([req.q], "q", 1, service.settings)
     guesses = await asyncio.to_thread(service.detector.detect, req.q, "q")
     return [DetectedLanguage(language=g.language, confidence=g.confidence) for g in guesses]
 
