@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -133,6 +134,15 @@ class Tokenizer:
         self.target = (
             self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
         )
+
+    @functools.cached_property
+    def source_characters(self) -> frozenset[str]:
+        """Every character of the source vocabulary's pieces: a character not among them is unknown to the model."""
+        return frozenset("".join(self.source.pieces))
+
+    def readable(self, character: str) -> bool:
+        """Whether the model reads this character (model.protect keeps a word with one it does not)."""
+        return character in self.source_characters or character.isspace()
 
     def source_pieces(self, text: str) -> list[str]:
         return self.source.encode(text) + [self.source.pieces[self.special.eos]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from model.config import DTYPE_NAMES, DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.int8_checkpoint import load_int8_checkpoint
 from model.output import AttentionMaps, Hypothesis, Output
+from model.protect import EDGE_PUNCTUATION, Protected, aligned, protect, restore
 from model.quantize import check_int8, quantize_transformer
 from model.segment import Segmented, joined, segment, whole
 from model.tokenizer import Tokenizer
@@ -41,6 +43,19 @@ def check_device(device: str) -> None:
         raise ConfigError(f"device {device}: CUDA is not available here ({why}); use cpu")
     if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
         raise ConfigError(f"device {device}: there are {torch.cuda.device_count()} GPUs (cuda:0 ...)")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One segment of a text as the model reads it: the sentence with what cannot be translated kept out
+    (model.protect), and its source ids (none when nothing is left to translate)."""
+
+    protected: Protected
+    ids: list[int]
+
+    def kept_whole(self) -> Output:
+        """The output of a segment that is all kept spans: itself."""
+        return Output([Hypothesis([], 0.0, 0.0, text=" ".join(k.text for k in self.protected.kept))])
 
 
 def check_texts(texts: Sequence[str]) -> Sequence[str]:
@@ -133,15 +148,18 @@ class Translator:
         check_texts(texts)
         return [segment(t, self.meta.source_lang, self.meta.task) for t in texts]
 
-    def encode_segments(self, texts: Sequence[Segmented], truncate: bool = False) -> list[list[int]]:
-        """Source ids of every segment of every text, in order (encode's, each segment an input)."""
+    def encode_segments(self, texts: Sequence[Segmented], truncate: bool = False) -> list[Source]:
+        """Every segment of every text, in order, as the model reads it: what cannot be translated kept out of it
+        (model.protect), then encoded as encode does (no ids when nothing is left)."""
         out = []
         for i, text in enumerate(texts):
             for j, sentence in enumerate(text.sentences):
+                protected = protect(sentence, self.tokenizer.readable)
                 try:
-                    out.append(self.tokenizer.source_ids(sentence, self.model.cfg, truncate))
+                    ids = [] if protected.blank else self.tokenizer.source_ids(protected.text, self.model.cfg, truncate)
                 except InputTooLongError as e:
                     raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
+                out.append(Source(protected, ids))
         return out
 
     def translate(
@@ -162,10 +180,11 @@ class Translator:
         back into the text's shape (model.segment); segment=False reads each text whole."""
         cfg = self.decoding_config(config, **options)
         segmented = self.segment(texts) if segment else [whole(t) for t in check_texts(texts)]
-        ids = self.encode_segments(segmented, truncate)
-        outputs: list[Output | None] = [None] * len(ids)
-        for i, nbest in self.search_refilled(ids, cfg, max_batch_size, max_batch_tokens):
-            outputs[i] = Output([self.read(ids[i], h, return_attention) for h in nbest])
+        sources = self.encode_segments(segmented, truncate)
+        outputs: list[Output | None] = [s.kept_whole() if not s.ids else None for s in sources]
+        searched = [i for i, s in enumerate(sources) if s.ids]
+        for k, nbest in self.search_refilled([sources[i].ids for i in searched], cfg, max_batch_size, max_batch_tokens):
+            outputs[searched[k]] = Output([self.read(sources[searched[k]], h, return_attention) for h in nbest])
         done = iter(outputs)
         return [joined(t, [o for o in itertools.islice(done, len(t.spans)) if o is not None]) for t in segmented]
 
@@ -199,11 +218,46 @@ class Translator:
         """Beam search over one batch of source ids; stop as beam_search takes it."""
         return search_all(self.model, batch, [cfg] * len(batch), self.tokenizer.special, stop)
 
-    def read(self, src_ids: list[int], hyp: Hypothesis, return_attention: bool = False) -> Hypothesis:
-        """The hypothesis with its text and tokens (pieces), and its attention maps when asked for."""
-        attention = self.attention(src_ids, hyp.ids) if return_attention else None
+    def read(self, source: Source, hyp: Hypothesis, return_attention: bool = False) -> Hypothesis:
+        """The hypothesis with its text (what was kept out of the source put back: model.protect) and tokens
+        (pieces), and its attention maps when asked for."""
+        kept = source.protected.kept
+        attention = self.attention(source.ids, hyp.ids) if return_attention or kept else None
         text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
-        return dataclasses.replace(hyp, text=text, tokens=tokens, attention=attention)
+        if kept:
+            assert attention is not None
+            text = restore(source.protected, text, self.places(source, hyp.ids, aligned(attention.cross)))
+        return dataclasses.replace(hyp, text=text, tokens=tokens, attention=attention if return_attention else None)
+
+    def places(self, source: Source, out_ids: list[int], alignment: list[int]) -> list[int]:
+        """Where each kept span goes in the output: before the output word aligned with the next source word
+        after it, else after (and before the punctuation of) the one aligned with the source word before it."""
+        pieces = self.tokenizer.source.encode(source.protected.text)  # EOS left out
+        words = [i for i, p in enumerate(pieces) if p.strip("▁" + EDGE_PUNCTUATION)]  # pieces that are not punctuation
+        starts = [j for j, p in enumerate(self.tokenizer.target_pieces(out_ids)) if p.startswith("▁")]
+        text = self.tokenizer.decode_target(out_ids)
+        at = lambda j: len(self.tokenizer.decode_target(out_ids[:j]))  # noqa: E731 - output characters before token j
+        last = len(out_ids) - 1
+        places = []
+        for k in source.protected.kept:
+            read = source.protected.text[: k.at]
+            before = len(self.tokenizer.source.encode(read)) if read.strip() else 0  # pieces before the span
+            following = [i for i in words if i >= before and i < len(alignment)]
+            preceding = [i for i in words if i < before and i < len(alignment)]
+            if last < 0:
+                places.append(0)
+            elif following:
+                t = min(alignment[following[0]], last)
+                places.append(at(max((j for j in starts if j <= t), default=0)))
+            elif preceding:
+                t = min(alignment[preceding[-1]], last)
+                place = at(min((j for j in starts if j > t), default=len(out_ids)))
+                while place > 0 and text[place - 1] in EDGE_PUNCTUATION:
+                    place -= 1
+                places.append(place)
+            else:
+                places.append(len(text))
+        return places
 
     @torch.inference_mode()
     def attention(self, src_ids: list[int], out_ids: list[int]) -> AttentionMaps:

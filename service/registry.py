@@ -12,6 +12,7 @@ from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
 from model.errors import CheckpointError, InputError, InputTooLongError, ModelError
+from model.protect import protect
 from model.segment import Segmented, segment
 from model.tokenizer import Tokenizer
 from model.translator import Translator
@@ -61,7 +62,10 @@ class ModelInfo:
         lengths = []
         for j, sentence in enumerate(segments):
             try:
-                lengths.append(len(self.tokenizer.source_ids(sentence, self.meta.model, truncate)))
+                read = protect(sentence, self.tokenizer.readable)  # as the worker's Translator reads it
+                lengths.append(
+                    0 if read.blank else len(self.tokenizer.source_ids(read.text, self.meta.model, truncate))
+                )
             except InputTooLongError as e:
                 raise InvalidRequest(field, str(InputTooLongError(e.length, e.limit, sentence=j))) from None
             except InputError as e:

@@ -17,7 +17,7 @@ from model.beam import Admission, BeamLoop, Sentence
 from model.errors import ModelError
 from model.output import Output
 from model.segment import Segmented, joined
-from model.translator import Translator
+from model.translator import Source, Translator
 from service.attention import maps_json
 from service.queue.contract import Answer, Job, QueueUnavailable, WorkerQueue
 from service.settings import ServiceSettings
@@ -31,12 +31,16 @@ ADMIT_WAIT_STEPS = 3  # or after this many steps (model.beam.Admission)
 
 @dataclass
 class Item:
-    """One segment of a job's texts (a sentence, model.segment), encoded."""
+    """One segment of a job's texts (a sentence, model.segment), as the model reads it."""
 
     job: Job
     index: int  # among the job's segments, in order
-    ids: list[int]
+    source: Source
     seq: int  # arrival order
+
+    @property
+    def ids(self) -> list[int]:
+        return self.source.ids
 
     @property
     def tag(self) -> tuple[str, int]:
@@ -82,9 +86,12 @@ class Pool:
     waiting: list[Item] = field(default_factory=list)
     counter: itertools.count[int] = field(default_factory=itertools.count)
 
-    def add(self, job: Job, texts: list[Segmented], ids: list[list[int]]) -> None:
-        self.jobs[job.id] = Pending(job, texts, [None] * len(ids))
-        self.waiting += [Item(job, i, x, next(self.counter)) for i, x in enumerate(ids)]
+    def add(self, job: Job, texts: list[Segmented], sources: list[Source]) -> Pending:
+        """Hold a job; its segments with nothing to translate (all kept: model.protect) are done at once."""
+        outputs = [None if s.ids else s.kept_whole() for s in sources]
+        pending = self.jobs[job.id] = Pending(job, texts, outputs, decoded=sum(o is not None for o in outputs))
+        self.waiting += [Item(job, i, s, next(self.counter)) for i, s in enumerate(sources) if s.ids]
+        return pending
 
     def take(self, fits: Callable[[Item], bool]) -> list[Item]:
         """Waiting texts in admission order (requests' first, then by arrival) for as long as each fits; the
@@ -217,14 +224,15 @@ class Worker:
                 continue
             try:
                 texts = translator.segment(job.texts)
-                ids = translator.encode_segments(texts, truncate=job.truncate)
+                sources = translator.encode_segments(texts, truncate=job.truncate)
             except ModelError as e:
                 self.queue.finish(job, Answer(error=str(e)))
                 continue
-            if not ids:  # blank texts (the API never sends one): answered as they are, not held forever
-                self.queue.finish(job, Answer([joined(t, []) for t in texts]))
+            pending = self.pool.add(job, texts, sources)
+            if pending.decoded == len(pending.outputs):  # nothing to search (blank, or all kept): answered now
+                self.pool.drop(job.id)
+                self.queue.finish(job, Answer(pending.joined()))
                 continue
-            self.pool.add(job, texts, ids)
             self.queue.started(job)
 
     def unwanted(self, jobs: list[Job]) -> set[str]:
@@ -288,7 +296,9 @@ class Worker:
             job, nbest = item.job, sentence.n_best()
             asked = job.attention is not None and job.attention.sentence == item.index  # of a one-text job
             chosen = min(job.attention.hypothesis, len(nbest) - 1) if job.attention is not None and asked else None
-            output = Output([translator.read(item.ids, h, return_attention=j == chosen) for j, h in enumerate(nbest)])
+            output = Output(
+                [translator.read(item.source, h, return_attention=j == chosen) for j, h in enumerate(nbest)]
+            )
             if job.attention is not None and chosen is not None:
                 maps = output.hypotheses[chosen].attention
                 assert maps is not None, "read with return_attention"

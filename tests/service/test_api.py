@@ -509,3 +509,13 @@ def test_a_models_own_decoding_options_apply_where_a_request_sets_none(
         assert client.post("/translate", json={"q": text, "beam_size": 2}).status_code == 200
     finally:
         client.__exit__(None, None, None)
+
+
+def test_what_cannot_be_translated_is_kept_through_the_queue(client: TestClient, translator: Translator) -> None:
+    texts = ["😀 مرحبا kalo mine ruza", "See https://example.com/a.html", "https://example.com/b"]
+    r = client.post("/translate", json={"q": texts, "beam_size": 2, **SHORT})
+    assert r.status_code == 200, r.text
+    got = r.json()["translatedText"]
+    assert got == [o.text for o in translator.translate(texts, beam_size=2, max_len_a=0.0, max_len_b=6)]
+    assert got[0].startswith("😀 مرحبا") and got[1].count("https://example.com/a.html") == 1
+    assert got[2] == "https://example.com/b"  # nothing left to translate: answered as it is

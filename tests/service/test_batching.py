@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from model.output import Hypothesis, Output
+from model.protect import Protected
 from model.segment import whole
-from model.translator import Translator
+from model.translator import Source, Translator
 from service.queue.contract import Job
 from service.queue.worker import Item, Pool
 from tests.conftest import make_sentences
@@ -23,7 +24,8 @@ from tests.service.conftest import Server, wait_until
 def pool_of(*jobs: tuple[Job, list[int]]) -> Pool:
     pool = Pool()
     for job, lengths in jobs:
-        pool.add(job, [whole(t) for t in job.texts], [[5] * n for n in lengths])
+        sources = [Source(Protected(t), [5] * n) for t, n in zip(job.texts, lengths, strict=True)]
+        pool.add(job, [whole(t) for t in job.texts], sources)
     return pool
 
 
@@ -60,7 +62,7 @@ def test_finished_jobs_leave_the_pool_and_dropped_ones_take_their_texts() -> Non
     pool.deliver(second, Output([Hypothesis([], 0.0, 0.0, "u")]))
     [done] = pool.finished()
     assert done.job is job and set(pool.jobs) == {other.id}
-    pool.add(Job("m", ["d"]), [whole("d")], [[1]])
+    pool.add(Job("m", ["d"]), [whole("d")], [Source(Protected("d"), [1])])
     pool.drop(other.id)
     assert other.id not in pool.jobs and all(i.job.id != other.id for i in pool.waiting)
 

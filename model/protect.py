@@ -1,0 +1,94 @@
+"""What a model cannot translate comes through unchanged: URLs, e-mail addresses, numbers, `code spans` and
+words with characters the source vocabulary lacks (emoji, a script the model does not read) are taken out of a
+sentence before the search, and put back into its output after it, each next to the output word that the
+cross-attention aligns with its neighbouring source word (as Bergamot places markup; fairseq's
+--print-alignment takes the same argmax). A sentence model fed them drops them or invents words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+KEEP = re.compile(
+    r"`[^`\n]+`"  # a code span
+    r"|(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]]"  # a URL, without the punctuation that ends a sentence
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+    r"|(?<![\w.,-])\d+(?:[.,:/]\d+)*(?![\w-])"  # a number standing alone: 3, 1,024, 2.5, 10:30, 192.168.1.1
+)
+WORD = re.compile(r"\S+")
+EDGE_PUNCTUATION = ".,;:!?()[]\"'«»“”„‘’"
+ALIGN_LAYER = -2  # the decoder layer whose cross-attention (mean over heads) aligns best; the last when N_dec is 1
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A span kept as it is: its text, and where it was taken out of the text the model reads."""
+
+    at: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Protected:
+    """A sentence as the model reads it (text), and what was taken out of it (kept, in order)."""
+
+    text: str
+    kept: tuple[Kept, ...] = ()
+
+    @property
+    def blank(self) -> bool:
+        """Nothing is left to translate: the sentence is all kept spans."""
+        return not self.text.strip()
+
+
+def kept_spans(sentence: str, readable: Callable[[str], bool]) -> list[tuple[int, int]]:
+    """Spans of sentence to keep: KEEP's, and each word holding a character that is not readable (edge
+    punctuation left out), neighbours separated by white space merged."""
+    spans = [m.span() for m in KEEP.finditer(sentence)]
+    for m in WORD.finditer(sentence):
+        if not all(readable(c) for c in m.group()):
+            core = m.group().strip(EDGE_PUNCTUATION) or m.group()
+            start = m.start() + m.group().index(core)
+            spans.append((start, start + len(core)))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and (a <= merged[-1][1] or not sentence[merged[-1][1] : a].strip()):
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def protect(sentence: str, readable: Callable[[str], bool]) -> Protected:
+    """The sentence with its kept spans taken out, the space before each closed up."""
+    masked, kept, at = "", [], 0
+    for a, b in kept_spans(sentence, readable):
+        between = sentence[at:a] if masked else sentence[at:a].lstrip()
+        masked = (masked + between).rstrip()
+        kept.append(Kept(len(masked), sentence[a:b]))
+        at = b
+    rest = sentence[at:]
+    return Protected(masked + (rest if masked else rest.lstrip()), tuple(kept))
+
+
+def restore(protected: Protected, output: str, places: list[int]) -> str:
+    """output with each kept span put back at its place (an index into output, one per span), spaced apart
+    from the words around it."""
+    out = output
+    for k, at in sorted(zip(protected.kept, places, strict=True), key=lambda x: x[1], reverse=True):
+        left, right = out[:at], out[at:]
+        pad_left = " " if left and not left.endswith((" ", "(", "\n")) else ""
+        pad_right = " " if right and not right.startswith((" ", *".,;:!?)")) else ""
+        out = left + pad_left + k.text + pad_right + right
+    return out
+
+
+def aligned(cross: Tensor) -> list[int]:
+    """For each source position, the output position that attends to it most, from cross-attention maps
+    (N_dec, h, T, S), EOS rows and columns included."""
+    layer = cross[ALIGN_LAYER] if cross.shape[0] > 1 else cross[-1]  # (h, T, S)
+    return [int(t) for t in layer.mean(0).argmax(0)]  # (S,)
