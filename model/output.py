@@ -65,6 +65,9 @@ class Hypothesis:
     tokens: list[str] = field(default_factory=list)
     attention: AttentionMaps | None = None
     sentences: tuple[SentenceSpan, ...] = ()  # of a text joined from its sentences' outputs (model.segment)
+    # When asked for: (source start, end, output start, end) of each source word and the output word aligned
+    # with it (Translator.read), in characters of the text and of this output
+    alignment: tuple[tuple[int, int, int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values, attention left out (tensors)."""
@@ -75,6 +78,7 @@ class Hypothesis:
             "log_prob": self.log_prob,
             "ids": self.ids,
             "sentences": [[*s.source, *s.output] for s in self.sentences],
+            "alignment": [list(a) for a in self.alignment],
         }
 
     @classmethod
@@ -86,6 +90,7 @@ class Hypothesis:
             text=str(data["text"]),
             tokens=list(data["tokens"]),
             sentences=tuple(SentenceSpan((a, b), (c, d)) for a, b, c, d in data.get("sentences", ())),
+            alignment=tuple((a, b, c, d) for a, b, c, d in data.get("alignment", ())),
         )
 
 

@@ -26,10 +26,12 @@ ALIGN_LAYER = -2  # the decoder layer whose cross-attention (mean over heads) al
 
 @dataclass(frozen=True)
 class Kept:
-    """A span kept as it is: its text, and where it was taken out of the text the model reads."""
+    """A span kept as it is: its text, where it was taken out of the text the model reads, and where it is in
+    the sentence."""
 
     at: int
     text: str
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,15 @@ class Protected:
 
     text: str
     kept: tuple[Kept, ...] = ()
+
+    def read_words(self, sentence: str) -> list[tuple[int, int]] | None:
+        """The spans in sentence of the words of text, in order (the sentence's words outside its kept spans);
+        None when the two do not pair up word for word."""
+        kept = [(k.start, k.start + len(k.text)) for k in self.kept]
+        outside = [
+            m.span() for m in WORD.finditer(sentence) if not any(a <= m.start() and m.end() <= b for a, b in kept)
+        ]
+        return outside if len(outside) == len(WORD.findall(self.text)) else None
 
     @property
     def blank(self) -> bool:
@@ -69,22 +80,30 @@ def protect(sentence: str, readable: Callable[[str], bool]) -> Protected:
     for a, b in kept_spans(sentence, readable):
         between = sentence[at:a] if masked else sentence[at:a].lstrip()
         masked = (masked + between).rstrip()
-        kept.append(Kept(len(masked), sentence[a:b]))
+        kept.append(Kept(len(masked), sentence[a:b], a))
         at = b
     rest = sentence[at:]
     return Protected(masked + (rest if masked else rest.lstrip()), tuple(kept))
 
 
-def restore(protected: Protected, output: str, places: list[int]) -> str:
+def restore(protected: Protected, output: str, places: list[int]) -> tuple[str, list[tuple[int, int]], list[int]]:
     """output with each kept span put back at its place (an index into output, one per span), spaced apart
-    from the words around it."""
-    out = output
-    for k, at in sorted(zip(protected.kept, places, strict=True), key=lambda x: x[1], reverse=True):
+    from the words around it. Also returns where each kept span is in it, and where each index of output
+    (its end included) moved to."""
+    out, moved = output, list(range(len(output) + 1))
+    spans: dict[int, tuple[int, int]] = {}
+    for i in sorted(range(len(places)), key=lambda i: places[i], reverse=True):  # ties: in the text's order
+        at = moved[places[i]]
         left, right = out[:at], out[at:]
         pad_left = " " if left and not left.endswith((" ", "(", "\n")) else ""
         pad_right = " " if right and not right.startswith((" ", *".,;:!?)")) else ""
-        out = left + pad_left + k.text + pad_right + right
-    return out
+        text = protected.kept[i].text
+        out = left + pad_left + text + pad_right + right
+        grown = len(pad_left) + len(text) + len(pad_right)
+        moved = [m + grown if m >= at else m for m in moved]
+        spans = {k: (a + grown, b + grown) if a >= at else (a, b) for k, (a, b) in spans.items()}
+        spans[i] = (at + len(pad_left), at + len(pad_left) + len(text))
+    return out, [spans[i] for i in range(len(places))], moved
 
 
 def aligned(cross: Tensor) -> list[int]:

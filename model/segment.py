@@ -100,6 +100,11 @@ def joined(segmented: Segmented, outputs: Sequence[Output]) -> Output:
                 tokens=[t for h in chosen for t in h.tokens],
                 attention=next((h.attention for h in chosen if h.attention is not None), None),
                 sentences=tuple(SentenceSpan(s, o) for s, o in zip(segmented.spans, spans, strict=True)),
+                alignment=tuple(
+                    (a + s[0], b + s[0], c + o[0], d + o[0])
+                    for h, s, o in zip(chosen, segmented.spans, spans, strict=True)
+                    for a, b, c, d in h.alignment
+                ),
             )
         )
     return Output(hypotheses)

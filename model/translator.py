@@ -17,7 +17,7 @@ from model.config import DTYPE_NAMES, DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.int8_checkpoint import load_int8_checkpoint
 from model.output import AttentionMaps, Hypothesis, Output
-from model.protect import EDGE_PUNCTUATION, Protected, aligned, protect, restore
+from model.protect import EDGE_PUNCTUATION, WORD, Protected, aligned, protect, restore
 from model.quantize import check_int8, quantize_transformer
 from model.segment import Segmented, joined, segment, whole
 from model.tokenizer import Tokenizer
@@ -52,10 +52,27 @@ class Source:
 
     protected: Protected
     ids: list[int]
+    sentence: str = ""
 
     def kept_whole(self) -> Output:
         """The output of a segment that is all kept spans: itself."""
-        return Output([Hypothesis([], 0.0, 0.0, text=" ".join(k.text for k in self.protected.kept))])
+        text = " ".join(k.text for k in self.protected.kept)
+        return Output([Hypothesis([], 0.0, 0.0, text=text, alignment=((0, len(self.sentence), 0, len(text)),))])
+
+
+def word_index(pieces: list[str]) -> list[int]:
+    """For each SentencePiece piece, the index of the word it belongs to (a piece starting with ▁ starts one)."""
+    out, word = [], -1
+    for p in pieces:
+        word += p.startswith("▁") or word < 0
+        out.append(word)
+    return out
+
+
+def word_starts(pieces: list[str]) -> list[int]:
+    """The index of each word's first piece."""
+    index = word_index(pieces)
+    return [i for i, w in enumerate(index) if i == 0 or w != index[i - 1]]
 
 
 def check_texts(texts: Sequence[str]) -> Sequence[str]:
@@ -159,7 +176,7 @@ class Translator:
                     ids = [] if protected.blank else self.tokenizer.source_ids(protected.text, self.model.cfg, truncate)
                 except InputTooLongError as e:
                     raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
-                out.append(Source(protected, ids))
+                out.append(Source(protected, ids, sentence))
         return out
 
     def translate(
@@ -168,6 +185,7 @@ class Translator:
         config: DecodingConfig | None = None,
         *,
         return_attention: bool = False,
+        align: bool = False,
         truncate: bool = False,
         segment: bool = True,
         max_batch_size: int = 32,
@@ -184,7 +202,7 @@ class Translator:
         outputs: list[Output | None] = [s.kept_whole() if not s.ids else None for s in sources]
         searched = [i for i, s in enumerate(sources) if s.ids]
         for k, nbest in self.search_refilled([sources[i].ids for i in searched], cfg, max_batch_size, max_batch_tokens):
-            outputs[searched[k]] = Output([self.read(sources[searched[k]], h, return_attention) for h in nbest])
+            outputs[searched[k]] = Output([self.read(sources[searched[k]], h, return_attention, align) for h in nbest])
         done = iter(outputs)
         return [joined(t, [o for o in itertools.islice(done, len(t.spans)) if o is not None]) for t in segmented]
 
@@ -218,16 +236,48 @@ class Translator:
         """Beam search over one batch of source ids; stop as beam_search takes it."""
         return search_all(self.model, batch, [cfg] * len(batch), self.tokenizer.special, stop)
 
-    def read(self, source: Source, hyp: Hypothesis, return_attention: bool = False) -> Hypothesis:
+    def read(self, source: Source, hyp: Hypothesis, return_attention: bool = False, align: bool = False) -> Hypothesis:
         """The hypothesis with its text (what was kept out of the source put back: model.protect) and tokens
-        (pieces), and its attention maps when asked for."""
+        (pieces), its attention maps when asked for, and with align its word alignment (Hypothesis.alignment)."""
         kept = source.protected.kept
-        attention = self.attention(source.ids, hyp.ids) if return_attention or kept else None
+        attention = self.attention(source.ids, hyp.ids) if return_attention or kept or align else None
         text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
+        read = text
+        links = aligned(attention.cross) if attention is not None else []
+        spans: list[tuple[int, int]] = []
+        moved = list(range(len(text) + 1))  # where each character of the model's output is in text
         if kept:
-            assert attention is not None
-            text = restore(source.protected, text, self.places(source, hyp.ids, aligned(attention.cross)))
-        return dataclasses.replace(hyp, text=text, tokens=tokens, attention=attention if return_attention else None)
+            text, spans, moved = restore(source.protected, text, self.places(source, hyp.ids, links))
+        alignment = []
+        if align:
+            alignment = self.word_alignment(source, hyp.ids, read, links, moved)
+            alignment += [(k.start, k.start + len(k.text), a, b) for k, (a, b) in zip(kept, spans, strict=True)]
+        return dataclasses.replace(
+            hyp,
+            text=text,
+            tokens=tokens,
+            attention=attention if return_attention else None,
+            alignment=tuple(sorted(alignment)),
+        )
+
+    def word_alignment(
+        self, source: Source, out_ids: list[int], output: str, links: list[int], moved: list[int]
+    ) -> list[tuple[int, int, int, int]]:
+        """(start, end) in the sentence of each word the model read, and of the output word its first piece is
+        aligned with (links: source piece -> output token), in output as restore moved it; none where words
+        and pieces do not pair up (a tokenizer that normalizes spaces away)."""
+        words = source.protected.read_words(source.sentence)
+        out_words = [m.span() for m in WORD.finditer(output)]
+        first_piece = word_starts(self.tokenizer.source.encode(source.protected.text))
+        out_word_of = word_index(self.tokenizer.target_pieces(out_ids))
+        if words is None or len(first_piece) != len(words) or max(out_word_of, default=-1) + 1 != len(out_words):
+            return []
+        pairs = []
+        for (a, b), piece in zip(words, first_piece, strict=True):
+            if piece < len(links) and out_ids:
+                c, d = out_words[out_word_of[min(links[piece], len(out_ids) - 1)]]
+                pairs.append((a, b, moved[c], moved[d - 1] + 1))
+        return pairs
 
     def places(self, source: Source, out_ids: list[int], alignment: list[int]) -> list[int]:
         """Where each kept span goes in the output: before the output word aligned with the next source word

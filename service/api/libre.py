@@ -4,9 +4,7 @@ POST /detect (service.detect)."""
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl
 
@@ -19,8 +17,6 @@ FORM_PATHS = frozenset(
     {"/translate", "/summarize", "/detect", "/languages"}
 )  # where LibreTranslate's clients post forms
 LIST_FIELDS = ("q",)  # LibreTranslate's form bodies repeat q for a list of texts
-# Markup kept as it is; the text between is translated. Comments and whole <script>/<style> elements are markup.
-MARKUP = re.compile(r"(<!--.*?-->|<script\b.*?</script\s*>|<style\b.*?</style\s*>|<[^>]*>)", re.S | re.I)
 LANGUAGE_NAMES = {
     "ar": "Arabic",
     "bg": "Bulgarian",
@@ -101,27 +97,6 @@ def body_api_key(body: bytes, media_type: bytes) -> str:
         return ""
     key = data.get("api_key") if isinstance(data, dict) else None
     return key if isinstance(key, str) else ""
-
-
-def html_parts(document: str) -> list[tuple[str, bool]]:
-    """The document cut into (piece, is_text): text pieces are unescaped and hold something to translate."""
-    parts: list[tuple[str, bool]] = []
-    for i, piece in enumerate(MARKUP.split(document)):
-        is_text = i % 2 == 0 and bool(piece.strip())
-        parts.append((html.unescape(piece) if is_text else piece, is_text))
-    return parts
-
-
-def html_join(parts: list[tuple[str, bool]], translations: Iterable[str]) -> str:
-    """The document again, each text piece replaced by its translation (escaped), its surrounding spaces kept."""
-    out, it = [], iter(translations)
-    for piece, is_text in parts:
-        if not is_text:
-            out.append(piece)
-            continue
-        lead, trail = piece[: len(piece) - len(piece.lstrip())], piece[len(piece.rstrip()) :]
-        out.append(lead + html.escape(next(it), quote=False) + trail)
-    return "".join(out)
 
 
 def language_name(code: str) -> str:

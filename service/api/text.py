@@ -14,10 +14,12 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive
 
+from model import output
 from model.config import DecodingConfig
 from model.errors import ConfigError
 from service.api.deps import Owner, ReadyService
-from service.api.libre import html_join, html_parts, language_name
+from service.api.html import Document, html_outputs
+from service.api.libre import language_name
 from service.api.runtime import Service
 from service.api.schemas import (
     NOT_BLANK,
@@ -27,7 +29,6 @@ from service.api.schemas import (
     DetectedLanguage,
     DetectRequest,
     ErrorResponse,
-    Hypothesis,
     Language,
     Output,
     SummarizeRequest,
@@ -222,38 +223,19 @@ async def decode_texts(
 async def decode_with(
     service: Service, info: ModelInfo, req: TextRequest, texts: list[str], owner: str | None, request: Request
 ) -> list[Output]:
-    """Decode texts with one model as one job: one output per text."""
+    """Decode texts with one model as one job: one output per text (format html: service.api.html)."""
     s = service.settings
     options = options_of(req, s, info, n_best_at_least=1 + req.alternatives)
-    documents = [html_parts(t) for t in texts] if req.format == "html" else None
-    pieces = texts if documents is None else [p.strip() for d in documents for p, is_text in d if is_text]
-    outputs: list[Output] = []
+    documents = [Document(t) for t in texts] if req.format == "html" else None
+    pieces = texts if documents is None else [p for d in documents for p in d.texts]
+    found: list[output.Output] = []
     if pieces:
         deadline = time.time() + s.request_timeout_s
-        job = Job(info.id, pieces, options, truncate=req.truncate, owner=owner, deadline=deadline)
+        html = documents is not None
+        job = Job(info.id, pieces, options, truncate=req.truncate, align=html, owner=owner, deadline=deadline)
         await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
-        outputs = [output_of(o) for o in (await run(service, job, request)).outputs]
-    return outputs if documents is None else html_outputs(documents, outputs)
-
-
-def html_outputs(documents: list[list[tuple[str, bool]]], outputs: list[Output]) -> list[Output]:
-    """One output per HTML document from the outputs of its text pieces: the markup kept, each piece replaced by
-    its best translation (alternatives: by its next ones, the best where it has fewer)."""
-    out, it = [], iter(outputs)
-    for parts in documents:
-        mine = [next(it) for _, is_text in parts if is_text]
-        ranked = [[o, *o.alternatives] for o in mine]  # each piece's n-best list
-        n = max((len(r) for r in ranked), default=1)
-        joined = []
-        for k in range(n):
-            chosen: list[Hypothesis] = [r[k] if k < len(r) else r[0] for r in ranked]
-            text = html_join(parts, [h.text for h in chosen])
-            joined.append(
-                Hypothesis(text=text, score=sum(h.score for h in chosen), tokens=[t for h in chosen for t in h.tokens])
-            )
-        best, *rest = joined
-        out.append(Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=rest))
-    return out
+        found = (await run(service, job, request)).outputs
+    return [output_of(o) for o in found] if documents is None else html_outputs(documents, found)
 
 
 # -- the routes -----------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class Job:
     background: bool = False
     attention: AttentionSelection | None = None  # answer these attention maps of one hypothesis
     truncate: bool = False
+    align: bool = False  # answer each hypothesis' word alignment (format html places its inline tags by it)
     owner: str | None = None  # owner_of(API key) that sent it; only that key may read or cancel a background job
     deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)

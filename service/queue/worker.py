@@ -296,9 +296,7 @@ class Worker:
             job, nbest = item.job, sentence.n_best()
             asked = job.attention is not None and job.attention.sentence == item.index  # of a one-text job
             chosen = min(job.attention.hypothesis, len(nbest) - 1) if job.attention is not None and asked else None
-            output = Output(
-                [translator.read(item.source, h, return_attention=j == chosen) for j, h in enumerate(nbest)]
-            )
+            output = Output([translator.read(item.source, h, j == chosen, job.align) for j, h in enumerate(nbest)])
             if job.attention is not None and chosen is not None:
                 maps = output.hypotheses[chosen].attention
                 assert maps is not None, "read with return_attention"

@@ -38,8 +38,10 @@ def test_what_is_kept_and_what_the_model_reads(sentence: str, kept: list[str], r
 
 def test_restore_puts_each_span_at_its_place_spaced_from_the_words() -> None:
     protected = Protected("Copy files.", (Kept(4, "3"), Kept(11, "😀")))
-    assert restore(protected, "Dateien kopieren.", [0, 16]) == "3 Dateien kopieren 😀."
-    assert restore(Protected("x", (Kept(0, "a"),)), "", [0]) == "a"
+    out, spans, moved = restore(protected, "Dateien kopieren.", [0, 16])
+    assert out == "3 Dateien kopieren 😀." and [out[a:b] for a, b in spans] == ["3", "😀"]
+    assert out[moved[0] : moved[7]] == "Dateien" and out[moved[16]] == "."
+    assert restore(Protected("x", (Kept(0, "a"),)), "", [0])[0] == "a"
 
 
 def test_the_translator_keeps_every_span_and_translates_the_rest(checkpoint_dir: Path) -> None:

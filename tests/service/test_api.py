@@ -519,3 +519,19 @@ def test_what_cannot_be_translated_is_kept_through_the_queue(client: TestClient,
     assert got == [o.text for o in translator.translate(texts, beam_size=2, max_len_a=0.0, max_len_b=6)]
     assert got[0].startswith("😀 مرحبا") and got[1].count("https://example.com/a.html") == 1
     assert got[2] == "https://example.com/b"  # nothing left to translate: answered as it is
+
+
+def test_format_html_translates_a_sentence_whole_and_puts_its_tags_back(
+    client: TestClient, translator: Translator
+) -> None:
+    from tests.service.test_html import parsed
+
+    page = '<p>Kalo <b>mine</b> ruza <a href="/x" title="vo sa">vo <i>sa</i></a> ke.</p><pre>kalo <b>x</b></pre>'
+    r = client.post("/translate", json={"q": page, "format": "html", "beam_size": 2, **SHORT})
+    assert r.status_code == 200, r.text
+    out = r.json()["translatedText"]
+    want = translator.translate(["Kalo mine ruza vo sa ke.", "vo sa"], beam_size=2, max_len_a=0.0, max_len_b=6)
+    checked = parsed(out)
+    assert sorted(checked.tags) == ["a", "b", "b", "i", "p", "pre"] and out.endswith("<pre>kalo <b>x</b></pre>")
+    assert checked.text.replace("kalo x", "").split() == want[0].text.split()  # the sentence whole, tags aside
+    assert f'title="{want[1].text}"' in out

@@ -1,0 +1,285 @@
+"""format "html": the text of a document translated sentence by sentence, its inline markup put back where the
+model's own alignment says (as Bergamot does). Block elements end a run of text; inline ones (<b>, <a>, <span>,
+...) are taken out of it, and each is put back around the output words aligned with the source words it held.
+<script>, <style>, <code>, <pre>, comments and elements with translate="no" are kept as they are; the alt,
+title, placeholder and aria-label attributes are translated. Tags keep their nesting, a tag whose words
+vanished still opens and closes, and a stray end tag is dropped: what comes out parses.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from model import output
+from service.api.schemas import Hypothesis, Output
+
+# fmt: off
+INLINE = frozenset({
+    "a", "abbr", "b", "bdi", "bdo", "cite", "data", "del", "dfn", "em", "font", "i", "img", "ins", "kbd", "label",
+    "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "tt", "u", "var", "wbr",
+})
+VOID = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+})
+# fmt: on
+KEPT = frozenset({"script", "style", "code", "pre", "textarea", "svg", "math"})  # no text to translate inside
+RAW_TEXT = frozenset({"script", "style"})  # the parser hands their content over unescaped and as it was
+ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"})
+
+
+@dataclass
+class Element:
+    """An inline element of a run: the text it holds [start, end), its tags, and its depth in the run."""
+
+    start: int
+    end: int
+    open: str
+    close: str
+    depth: int
+    parent: int | None
+    place: tuple[int, int] = (0, 0)  # its [start, end) in the output
+
+
+@dataclass
+class Run:
+    """Text between block boundaries: its plain text, its inline elements, and what stays as it is at a point
+    (<img>, <br/>, kept elements, comments)."""
+
+    text: str = ""
+    elements: list[Element] = field(default_factory=list)
+    points: list[tuple[int, str]] = field(default_factory=list)
+    open: list[int] = field(default_factory=list)  # elements not closed yet
+
+    def start(self, raw: str, name: str) -> None:
+        parent = self.open[-1] if self.open else None
+        self.elements.append(Element(len(self.text), -1, raw, f"</{name}>", len(self.open), parent))
+        self.open.append(len(self.elements) - 1)
+
+    def end(self, name: str) -> None:
+        """Close the innermost open element of this name and those inside it; a stray end tag is dropped."""
+        for i in reversed(range(len(self.open))):
+            if self.elements[self.open[i]].close == f"</{name}>":
+                for j in self.open[i:]:
+                    self.elements[j].end = len(self.text)
+                del self.open[i:]
+                return
+
+    def finish(self) -> None:
+        for j in self.open:  # an element the run never closed ends with it
+            self.elements[j].end = len(self.text)
+        self.open = []
+
+
+Part = str | Run  # markup as it is, or a run of text to translate
+
+
+class Document(HTMLParser):
+    """A document as parts: markup kept as it is, runs of text, and the attribute values to translate."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[Part] = []
+        self.run = Run()
+        self.kept: list[str] = []  # the names of the kept elements we are in, innermost last
+        self.kept_raw: list[str] = []
+        self.attributes: list[str] = []  # values to translate, in order
+        self.feed(source)
+        self.close()
+        self.flush()
+
+    # -- what the parser finds ---------------------------------------------------------------------
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tag(tag, attrs, empty=False)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tag(tag, attrs, empty=True)
+
+    def handle_endtag(self, tag: str) -> None:
+        raw = f"</{tag}>"
+        if self.kept:
+            self.kept_raw.append(raw)
+            if tag == self.kept[-1]:
+                self.kept.pop()
+                if not self.kept:
+                    self.point("".join(self.kept_raw))
+                    self.kept_raw = []
+        elif tag in INLINE:
+            self.run.end(tag)
+        else:
+            self.block(raw)
+
+    def handle_data(self, data: str) -> None:
+        if self.kept:
+            self.kept_raw.append(data if self.kept[-1] in RAW_TEXT else html.escape(data, quote=False))
+        else:
+            self.run.text += data
+
+    def handle_comment(self, data: str) -> None:
+        self.markup(f"<!--{data}-->")
+
+    def handle_decl(self, decl: str) -> None:
+        self.markup(f"<!{decl}>")
+
+    def handle_pi(self, data: str) -> None:
+        self.markup(f"<?{data}>")
+
+    def unknown_decl(self, data: str) -> None:
+        self.markup(f"<![{data}]>")
+
+    # -- into parts --------------------------------------------------------------------------------
+
+    def tag(self, name: str, attrs: list[tuple[str, str | None]], empty: bool) -> None:
+        raw = self.start_tag(name, attrs, empty)
+        if self.kept:
+            self.kept_raw.append(raw)
+            if name == self.kept[-1] and not empty:
+                self.kept.append(name)
+        elif (name in KEPT or dict(attrs).get("translate") == "no") and not empty and name not in VOID:
+            self.kept, self.kept_raw = [name], [raw]
+        elif name in INLINE and (empty or name in VOID):
+            self.point(raw)
+        elif name in INLINE:
+            self.run.start(raw, name)
+        else:
+            self.block(raw)
+
+    def start_tag(self, name: str, attrs: list[tuple[str, str | None]], empty: bool) -> str:
+        """The tag as it was, or rebuilt with placeholders for the attribute values to translate."""
+        raw = self.get_starttag_text() or f"<{name}>"
+        if self.kept or not any(k in ATTRIBUTES and v for k, v in attrs):
+            return raw
+        parts = [name]
+        for k, v in attrs:
+            if v is None:
+                parts.append(k)
+            elif k in ATTRIBUTES and v.strip():
+                parts.append(f'{k}="\x00attribute {len(self.attributes)}\x00"')  # filled in by render
+                self.attributes.append(v)
+            else:
+                parts.append(f'{k}="{html.escape(v, quote=True)}"')
+        return f"<{' '.join(parts)}{' /' if empty else ''}>"
+
+    def point(self, raw: str) -> None:
+        self.run.points.append((len(self.run.text), raw))
+
+    def markup(self, raw: str) -> None:
+        if self.kept:
+            self.kept_raw.append(raw)
+        else:
+            self.point(raw)
+
+    def block(self, raw: str) -> None:
+        self.flush()
+        self.parts.append(raw)
+
+    def flush(self) -> None:
+        if self.kept:  # an element kept to the end of the document
+            self.point("".join(self.kept_raw))
+            self.kept, self.kept_raw = [], []
+        self.run.finish()
+        if self.run.text or self.run.points or self.run.elements:
+            self.parts.append(self.run)
+        self.run = Run()
+
+    @property
+    def texts(self) -> list[str]:
+        """What to translate: the runs' texts that hold a word, then the attribute values."""
+        return [p.text for p in self.parts if isinstance(p, Run) and p.text.strip()] + self.attributes
+
+
+def place(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> None:
+    """Each element's place in output: around the output words aligned with its source words, within its
+    parent's place and clear of its earlier siblings'; where none of its words is aligned, an empty place
+    where they would have been."""
+    taken: dict[int | None, list[tuple[int, int]]] = {}
+    for e in run.elements:  # parents come before their children
+        words = [(c, d) for a, b, c, d in alignment if a < e.end and b > e.start]
+        low, high = (0, len(output)) if e.parent is None else run.elements[e.parent].place
+        start = min((c for c, _ in words), default=point_at(e.start, output, alignment, run.text))
+        end = max((d for _, d in words), default=start)
+        start, end = min(max(start, low), high), min(max(end, low), high)
+        for a, b in taken.get(e.parent, []):
+            if start < b and end > a:  # crossing an earlier sibling: keep what lies beyond it
+                start, end = (b, max(end, b)) if end > b else (a, a) if start < a else (b, b)
+        e.place = (start, max(start, end))
+        taken.setdefault(e.parent, []).append(e.place)
+
+
+def point_at(at: int, output: str, alignment: list[tuple[int, int, int, int]], source: str = "") -> int:
+    """Where a place in the source text goes in the output: before the first word or after the last one as in
+    the source (markup around a run's text stays around it), else before the output word aligned with the next
+    source word."""
+    following = [c for a, _, c, _ in alignment if a >= at]
+    preceding = [d for _, b, _, d in alignment if b <= at]
+    if not preceding:
+        return min(at, min((c for _, _, c, _ in alignment), default=len(output)))
+    if not following:
+        return max(len(output) - (len(source) - at), max(d for _, _, _, d in alignment))
+    return following[0]
+
+
+def render_run(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> str:
+    """The run's output with its markup: closing tags before points before opening tags at one place, inner
+    ones closing first and opening last."""
+    place(run, output, alignment)
+    events: list[tuple[int, tuple[int, int], str]] = []
+    for e in run.elements:
+        a, b = e.place
+        if a == b:
+            events.append((a, (2, e.depth), e.open + e.close))
+        else:
+            events += [(a, (2, e.depth), e.open), (b, (0, -e.depth), e.close)]
+    for at, raw in run.points:  # spaced as in the source, where the output's words would touch it
+        where = point_at(at, output, alignment, run.text)
+        before = " " if run.text[at - 1 : at].isspace() and where > 0 and not output[where - 1].isspace() else ""
+        after = " " if run.text[at : at + 1].isspace() and output[where : where + 1].isalnum() else ""
+        events.append((where, (1, 0), before + raw + after))
+    out, at = [], 0
+    for where, _, raw in sorted(events, key=lambda x: (x[0], x[1])):
+        out += [html.escape(output[at:where], quote=False), raw]
+        at = where
+    out.append(html.escape(output[at:], quote=False))
+    return "".join(out)
+
+
+def render(document: Document, translations: list[output.Hypothesis]) -> str:
+    """The document with each run and attribute value replaced by its translation (Document.texts' order)."""
+    it = iter(translations)
+    out = []
+    for part in document.parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif part.text.strip():
+            h = next(it)
+            out.append(render_run(part, h.text, list(h.alignment)))
+        else:
+            out.append(render_run(part, part.text, []))
+    values = [html.escape(next(it).text, quote=True) for _ in document.attributes]
+    text = "".join(out)
+    for i, value in enumerate(values):
+        text = text.replace(f"\x00attribute {i}\x00", value, 1)
+    return text
+
+
+def html_outputs(documents: list[Document], outputs: list[output.Output]) -> list[Output]:
+    """One output per document from the outputs of its texts: its k-th hypothesis renders each text's k-th
+    (the best, where a text has fewer)."""
+    out, it = [], iter(outputs)
+    for document in documents:
+        ranked = [next(it).hypotheses for _ in document.texts]
+        joined = []
+        for k in range(max((len(r) for r in ranked), default=1)):
+            chosen = [r[k] if k < len(r) else r[0] for r in ranked]
+            joined.append(
+                Hypothesis(
+                    text=render(document, chosen),
+                    score=sum(h.score for h in chosen),
+                    tokens=[t for h in chosen for t in h.tokens],
+                )
+            )
+        best, *rest = joined
+        out.append(Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=rest))
+    return out

@@ -1,0 +1,116 @@
+"""format html: runs of text between block tags, inline tags put back around the output words aligned with
+their source words, kept elements and attributes, and output that parses with every tag of the input, whatever
+the alignment."""
+
+from __future__ import annotations
+
+import random
+from html.parser import HTMLParser
+
+from model.output import Hypothesis
+from service.api.html import VOID, Document, Run, render
+
+
+class Checker(HTMLParser):
+    """Start and end tags in order; fails on an end tag that does not close the innermost open element."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.tags: list[str] = []
+        self.text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.stack and self.stack[-1] == tag, (tag, self.stack)
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
+def parsed(markup: str) -> Checker:
+    c = Checker()
+    c.feed(markup)
+    c.close()
+    assert c.stack == [], c.stack
+    return c
+
+
+def words_of(text: str) -> list[tuple[int, int]]:
+    spans, at = [], 0
+    for w in text.split():
+        at = text.index(w, at)
+        spans.append((at, at + len(w)))
+        at += len(w)
+    return spans
+
+
+def hypothesis(source: str, output: str, links: list[int]) -> Hypothesis:
+    """An output whose k-th source word is aligned with output word links[k]."""
+    src, out = words_of(source), words_of(output)
+    return Hypothesis([], 0.0, 0.0, text=output, alignment=tuple((*src[k], *out[j]) for k, j in enumerate(links)))
+
+
+def test_runs_kept_elements_and_attributes() -> None:
+    d = Document(
+        '<p>Click <b>Save</b> now.</p><img alt="A cat" src="c.png"><script>if (a<b) x();</script>'
+        '<p>Tom &amp; Jerry <code>x &lt; 1</code> <span translate="no">Acme</span> now</p><!-- note -->'
+    )
+    assert d.texts == ["Click Save now.", "Tom & Jerry   now", "A cat"]
+    runs = [p for p in d.parts if isinstance(p, Run)]
+    assert [(e.start, e.end, e.open) for e in runs[0].elements] == [(6, 10, "<b>")]
+    assert [raw for _, raw in runs[2].points] == ["<code>x &lt; 1</code>", '<span translate="no">Acme</span>']
+
+
+def test_tags_go_around_the_aligned_output_words() -> None:
+    d = Document("<p>Click <b>Save</b> to keep <i>your changes</i>.</p>")
+    source = "Click Save to keep your changes."
+    h = hypothesis(source, "Klicken Sie auf Speichern, um Ihre Änderungen zu behalten.", [0, 3, 4, 7, 5, 6])
+    out = render(d, [h])
+    assert out == "<p>Klicken Sie auf <b>Speichern,</b> um <i>Ihre Änderungen</i> zu behalten.</p>"
+
+
+def test_attributes_are_translated_and_escaped() -> None:
+    d = Document('<img alt="A cat" src="c.png"><p>Hi there</p>')
+    out = render(d, [hypothesis("Hi there", "Hallo da", [0, 1]), Hypothesis([], 0.0, 0.0, text='Eine "Katze"')])
+    assert out == '<img alt="Eine &quot;Katze&quot;" src="c.png"><p>Hallo da</p>'
+
+
+def test_stray_end_tags_go_and_unclosed_ones_close() -> None:
+    d = Document("<p>Stray </b> end and <i>open</p>")
+    out = render(d, [hypothesis("Stray  end and open", "Streu Ende und offen", [0, 1, 2, 3])])
+    assert parsed(out).tags == ["p", "i"] and out.endswith("<i>offen</i></p>")
+
+
+def test_any_alignment_gives_markup_that_parses_with_every_tag() -> None:
+    rng = random.Random(5)
+    names = ["b", "i", "a", "span", "em"]
+    for _ in range(300):
+        words = [f"w{k}" for k in range(rng.randint(1, 9))]
+        markup, opened = [], []
+        for w in words:
+            if rng.random() < 0.4:
+                name = rng.choice(names)
+                markup.append(f"<{name}>")
+                opened.append(name)
+            markup.append(w + " ")
+            if opened and rng.random() < 0.4:
+                markup.append(f"</{opened.pop()}>")
+            if rng.random() < 0.1:
+                markup.append('<img src="x">')
+        markup += [f"</{n}>" for n in reversed(opened)]
+        document = Document("<p>" + "".join(markup) + "</p>")
+        [source] = document.texts or [""]
+        n_out = rng.randint(1, 9)
+        output = " ".join(f"o{j}" for j in range(n_out))
+        links = [rng.randrange(n_out) for _ in words_of(source)]
+        out = render(document, [hypothesis(source, output, links)]) if document.texts else render(document, [])
+        want = parsed("<p>" + "".join(markup) + "</p>").tags
+        got = parsed(out)
+        assert sorted(got.tags) == sorted(want), (markup, out)
+        assert got.text.split() == output.split(), out
