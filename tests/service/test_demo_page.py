@@ -726,3 +726,35 @@ def test_the_url_holds_the_view_and_examples_run(session: Session, browser: Brow
     assert other.url == url
     other.context.close()
     assert not session.errors
+
+
+def test_a_paragraph_is_shown_sentence_by_sentence_with_each_ones_attention(session: Session) -> None:
+    """A text of three sentences: the page shows each beside its output as the answer's spans place them, and a
+    sentence's button draws that sentence's attention, /attention's for it."""
+    page = session.page
+    parts = ["Kalo mine ruza.", "Vo sa ke lo.", "Mine vo!"]
+    text = " ".join(parts)
+    run_in_page(page, text, beam_size=2, n_best=1)
+    wait_done(page)
+    rows = page.get_by_test_id("sentence-row")
+    expect(rows).to_have_count(3)
+    want = session.post("/translate", {"q": text, "model": "tiny-en-de", "beam_size": 2, "n_best": 1, "max_length": 6})
+    out = want["translations"][0]
+    for i, span in enumerate(out["sentences"]):
+        cells = rows.nth(i).locator("td").all_text_contents()
+        assert cells[1:3] == [parts[i], out["text"][span["output"][0] : span["output"][1]]]
+    page.get_by_test_id("sentence-pick").nth(1).click()
+    wait_done(page)
+    expect(page.get_by_test_id("sentence-pick").nth(1)).to_have_attribute("aria-pressed", "true")
+    body = {"q": text, "model": "tiny-en-de", "beam_size": 2, "n_best": 1, "max_length": 6, "sentence": 1}
+    a = session.post("/attention", body)
+    assert heatmap_shape(page) == (len(a["target_tokens"]), len(a["source_tokens"]))
+    assert (
+        a["source_tokens"][:-1]
+        == session.post("/attention", {**body, "q": parts[1], "sentence": 0})["source_tokens"][:-1]
+    )
+    page.get_by_test_id("input").fill("Kalo mine ruza")
+    page.get_by_test_id("run").click()
+    wait_done(page)
+    expect(page.get_by_test_id("sentences")).to_be_hidden()  # one sentence: no pairs
+    assert not session.errors and not session.console_errors

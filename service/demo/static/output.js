@@ -28,5 +28,5 @@ export function showOutput(item, pick) {
 /** The output card's shape ({text, score, tokens, alternatives}) of a POST /attention answer's n-best list. */
 export function outputOf(attention) {
   const [best, ...rest] = attention.hypotheses;
-  return {text: best.text, score: best.score, tokens: best.tokens, alternatives: rest};
+  return {text: best.text, score: best.score, tokens: best.tokens, sentences: best.sentences, alternatives: rest};
 }

@@ -6,6 +6,7 @@ import {currentModel} from "./models.js";
 import {decodeOptions} from "./options.js";
 import {outputOf, showOutput} from "./output.js";
 import {page} from "./page.js";
+import {pressSentence, showSentences} from "./sentences.js";
 import {clearError, setBusy, showError} from "./status.js";
 import {saveUrl} from "./url.js";
 
@@ -44,11 +45,15 @@ export async function run() {
     if (withAttention) { // one decode gives the output and the attention of the hypothesis shown
       const attention = await api("attention", body);
       page.request = body;
-      showOutput(outputOf(attention), pickHypothesis);
+      const output = outputOf(attention);
+      showOutput(output, pickHypothesis);
+      showSentences(text, output, pickSentence);
       showAttention(attention);
     } else {
       const data = await api(summarizes ? "summarize" : "translate", body);
-      showOutput(summarizes ? data.summaries[0] : data.translations[0], null);
+      const output = summarizes ? data.summaries[0] : data.translations[0];
+      showOutput(output, null);
+      showSentences(text, output, null);
     }
     setBusy(false, "");
   } catch (e) {
@@ -59,17 +64,31 @@ export async function run() {
   }
 }
 
-/** Draw the attention of hypothesis i of the last run's n-best list (decoded again with the same options). */
+/** Draw the attention of hypothesis i of the last run's n-best list (decoded again with the same options), of the
+ * sentence picked last. */
 async function pickHypothesis(i) {
   if (!page.request) return;
-  clearError();
   for (const [j, button] of document.querySelectorAll("#nbest .pick").entries()) {
     button.setAttribute("aria-pressed", String(j === i));
   }
-  clearAttention(`Computing the attention of hypothesis ${i + 1}…`, "loading");
+  page.request = {...page.request, hypothesis: i};
+  await drawPicked(`hypothesis ${i + 1}`);
+}
+
+/** Draw the attention of sentence i of the last run's text, of the hypothesis picked last. */
+async function pickSentence(i) {
+  if (!page.request) return;
+  pressSentence(i);
+  page.request = {...page.request, sentence: i};
+  await drawPicked(`sentence ${i + 1}`);
+}
+
+async function drawPicked(what) {
+  clearError();
+  clearAttention(`Computing the attention of ${what}…`, "loading");
   setBusy(true, "Computing attention…");
   try {
-    showAttention(await api("attention", {...page.request, hypothesis: i}));
+    showAttention(await api("attention", page.request));
     setBusy(false, "");
   } catch (e) {
     clearAttention("No attention: the last request failed.", "error");
