@@ -10,7 +10,7 @@ A summarizer reads the whole text: it is one segment.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import sentencex
@@ -108,3 +108,21 @@ def joined(segmented: Segmented, outputs: Sequence[Output]) -> Output:
             )
         )
     return Output(hypotheses)
+
+
+def sections(text: str, language: str | None, length: Callable[[str], int], limit: int) -> list[str]:
+    """A document too long for a model in sections of whole sentences, each of at most limit tokens by length
+    (a sentence longer than that alone is a section of its own, which the model cuts), in order."""
+    out: list[str] = []
+    current: list[str] = []
+    used = 0
+    for sentence in sentences(text, language).sentences:
+        n = length(sentence)
+        if current and used + n > limit:
+            out.append(" ".join(current))
+            current, used = [], 0
+        current.append(sentence)
+        used += n
+    if current:
+        out.append(" ".join(current))
+    return out

@@ -16,7 +16,8 @@ from starlette.types import Receive
 
 from model import output
 from model.config import DecodingConfig
-from model.errors import ConfigError
+from model.errors import ConfigError, InputError, InputTooLongError
+from model.segment import sections
 from service.api.deps import Owner, ReadyService
 from service.api.html import Document, html_outputs
 from service.api.libre import language_name
@@ -57,6 +58,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 BLANK_FREE = re.compile(NOT_BLANK)
 router = APIRouter(responses=ERRORS)
 INLINE_CHARS = 4096  # texts of at most this many characters in all are tokenized on the event loop
+MAX_ROUNDS = 4  # of map-reduce summaries: each round shortens a document to its sections' summaries
 
 
 # -- what a request must pass before its job is queued ---------------------------------------------
@@ -286,9 +288,49 @@ async def detect(req: DetectRequest, service: ReadyService) -> list[DetectedLang
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
 async def summarize(req: SummarizeRequest, service: ReadyService, owner: Owner, request: Request) -> SummarizeResponse:
     """Summarize one document or a list; `length` (short, medium, long, or [min, max] tokens) sets the summary's
-    length, and `truncate` cuts a document longer than the model takes."""
-    infos, outputs, _ = await decode_texts(service, req, "summarization", owner, request)
-    return SummarizeResponse(model=infos[0].id, summaries=outputs)
+    length. A document longer than the model takes is summarized in sections of whole sentences, and the
+    sections' summaries once more, until one summary is left (map-reduce); `truncate` cuts it instead."""
+    texts = [req.q] if isinstance(req.q, str) else req.q
+    check_texts(texts, "q", service.settings.max_texts, service.settings)
+    [info, *_], _ = resolve(service, "summarization", req, texts)
+    whole = [i for i, t in enumerate(texts) if req.truncate or fits(info, t)]
+    outputs: list[Output | None] = [None] * len(texts)
+    if whole:
+        done = await decode_with(service, info, req, [texts[i] for i in whole], owner, request)
+        for i, out in zip(whole, done, strict=True):
+            outputs[i] = out
+    for i in (i for i in range(len(texts)) if outputs[i] is None):
+        outputs[i] = await map_reduce(service, info, req, texts[i], f"q[{i}]", owner, request)
+    return SummarizeResponse(model=info.id, summaries=[o for o in outputs if o is not None])
+
+
+def fits(info: ModelInfo, text: str) -> bool:
+    """Whether the model reads the whole text (or, a summarizer that reads only a document's first tokens, takes
+    any length); invalid Unicode counts as fitting, for the job's own check to name."""
+    try:
+        info.tokenizer.source_ids(text, info.meta.model, truncate=False)
+    except InputTooLongError:
+        return False
+    except InputError:
+        return True
+    return True
+
+
+async def map_reduce(
+    service: Service, info: ModelInfo, req: SummarizeRequest, text: str, field: str, owner: str | None, request: Request
+) -> Output:
+    """A document too long for the model summarized in sections, and their summaries joined and summarized
+    again, until it fits (at most MAX_ROUNDS rounds)."""
+    length = lambda s: len(info.tokenizer.source_ids(s, info.meta.model, truncate=True))  # noqa: E731
+    for _ in range(MAX_ROUNDS):
+        if fits(info, text):
+            break
+        parts = sections(text, info.meta.source_lang, length, info.meta.model.max_len)
+        text = " ".join(o.text for o in await decode_with(service, info, req, parts, owner, request))
+    else:
+        raise InvalidRequest(field, f"still longer than the model takes after {MAX_ROUNDS} rounds of summaries")
+    [out] = await decode_with(service, info, req, [text], owner, request)
+    return out
 
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])

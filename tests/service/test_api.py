@@ -535,3 +535,27 @@ def test_format_html_translates_a_sentence_whole_and_puts_its_tags_back(
     assert sorted(checked.tags) == ["a", "b", "b", "i", "p", "pre"] and out.endswith("<pre>kalo <b>x</b></pre>")
     assert checked.text.replace("kalo x", "").split() == want[0].text.split()  # the sentence whole, tags aside
     assert f'title="{want[1].text}"' in out
+
+
+def test_a_document_longer_than_the_summarizer_takes_is_summarized_in_sections(
+    client: TestClient, models_dir: Path
+) -> None:
+    """Map-reduce: sections of whole sentences within the model's limit are summarized, and their summaries
+    joined and summarized once more; truncate still cuts the document instead."""
+    from model.segment import sections
+
+    tr = Translator.load(models_dir / "tiny-sum", device="cpu")
+    limit = tr.meta.model.max_len
+    parts = [s.capitalize() + "." for s in make_sentences(60, seed=41, min_words=6, max_words=12)]
+    doc = " ".join(parts)
+    assert len(tr.tokenizer.encode_source(doc)) > limit
+    r = client.post("/summarize", json={"q": doc, **SHORT})
+    assert r.status_code == 200, r.text
+    opts = {"max_len_a": 0.0, "max_len_b": 6}
+    length = lambda s: len(tr.encode([s], truncate=True)[0])  # noqa: E731
+    text = doc
+    while len(tr.tokenizer.encode_source(text)) > limit:
+        text = " ".join(o.text for o in tr.translate(sections(text, "en", length, limit), **opts))
+    assert r.json()["summaries"][0]["text"] == tr.translate([text], **opts)[0].text
+    cut = client.post("/summarize", json={"q": doc, "truncate": True, **SHORT}).json()["summaries"][0]["text"]
+    assert cut == tr.translate([doc], truncate=True, **opts)[0].text
