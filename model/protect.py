@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from torch import Tensor
 
 KEEP = re.compile(
-    r"`[^`\n]+`"  # a code span
+    r"`[^`\n]{1,200}`"  # a code span (bounded: a line of lone backticks is not scanned again from each one)
     r"|(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]]"  # a URL, without the punctuation that ends a sentence
-    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+    r"|(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address, tried only where a word starts
     r"|(?<![\w.,-])\d+(?:[.,:/]\d+)*(?![\w-])"  # a number standing alone: 3, 1,024, 2.5, 10:30, 192.168.1.1
 )
 WORD = re.compile(r"\S+")
 EDGE_PUNCTUATION = ".,;:!?()[]\"'«»“”„‘’"
+MAX_KEPT = 64  # spans kept per sentence; past them, the rest is left to the model (placing each costs a pass)
 ALIGN_LAYER = -2  # the decoder layer whose cross-attention (mean over heads) aligns best; the last when N_dec is 1
 
 
@@ -71,7 +72,7 @@ def kept_spans(sentence: str, readable: Callable[[str], bool]) -> list[tuple[int
             merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
         else:
             merged.append((a, b))
-    return merged
+    return merged[:MAX_KEPT]
 
 
 def protect(sentence: str, readable: Callable[[str], bool]) -> Protected:

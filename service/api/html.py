@@ -8,7 +8,9 @@ vanished still opens and closes, and a stray end tag is dropped: what comes out 
 
 from __future__ import annotations
 
+import bisect
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -190,41 +192,80 @@ class Document(HTMLParser):
         return [p.text for p in self.parts if isinstance(p, Run) and p.text.strip()] + self.attributes
 
 
-def place(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> None:
-    """Each element's place in output: around the output words aligned with its source words, within its
-    parent's place and clear of its earlier siblings'; where none of its words is aligned, an empty place
-    where they would have been."""
+class Alignment:
+    """A run's word alignment (Hypothesis.alignment: source start, end, output start, end, sorted and apart),
+    with what placing asks of it answered in logarithmic time: a document may hold thousands of tags."""
+
+    def __init__(self, pairs: list[tuple[int, int, int, int]], output: str, source: str) -> None:
+        self.starts = [a for a, _, _, _ in pairs]
+        self.ends = [b for _, b, _, _ in pairs]
+        self.low = RangeExtreme([c for _, _, c, _ in pairs], min)
+        self.high = RangeExtreme([d for _, _, _, d in pairs], max)
+        self.output, self.source = output, source
+
+    def span(self, start: int, end: int) -> tuple[int, int] | None:
+        """The output span of the source words that overlap [start, end), if any."""
+        first, last = bisect.bisect_right(self.ends, start), bisect.bisect_left(self.starts, end)
+        return (self.low.of(first, last), self.high.of(first, last)) if first < last else None
+
+    def point(self, at: int) -> int:
+        """Where a place in the source goes in the output: before the first word or after the last one as in the
+        source (markup around a run's text stays around it), else before the output word aligned with the next
+        source word."""
+        following = bisect.bisect_left(self.starts, at)
+        preceding = bisect.bisect_right(self.ends, at)
+        n = len(self.starts)
+        if not preceding:
+            return min(at, self.low.of(0, n) if n else len(self.output))
+        if following >= n:
+            return max(len(self.output) - (len(self.source) - at), self.high.of(0, n))
+        return self.low.of(following, following + 1)
+
+
+class RangeExtreme:
+    """The least (or greatest) of values[i:j], in constant time after n log n of building (a sparse table)."""
+
+    def __init__(self, values: list[int], pick: Callable[[int, int], int]) -> None:
+        self.pick = pick
+        self.table = [values]
+        width = 1
+        while 2 * width <= len(values):
+            row = self.table[-1]
+            self.table.append([pick(row[i], row[i + width]) for i in range(len(row) - width)])
+            width *= 2
+
+    def of(self, i: int, j: int) -> int:
+        level = (j - i).bit_length() - 1
+        row = self.table[level]
+        return self.pick(row[i], row[j - (1 << level)])
+
+
+def place(run: Run, aligned: Alignment) -> None:
+    """Each element's place in the output: around the output words aligned with its source words, within its
+    parent's place and clear of its earlier siblings' (kept sorted and apart: a place that would cross one
+    starts after it and ends before the next); where none of its words is aligned, an empty place where they
+    would have been."""
     taken: dict[int | None, list[tuple[int, int]]] = {}
     for e in run.elements:  # parents come before their children
-        words = [(c, d) for a, b, c, d in alignment if a < e.end and b > e.start]
-        low, high = (0, len(output)) if e.parent is None else run.elements[e.parent].place
-        start = min((c for c, _ in words), default=point_at(e.start, output, alignment, run.text))
-        end = max((d for _, d in words), default=start)
+        low, high = (0, len(aligned.output)) if e.parent is None else run.elements[e.parent].place
+        span = aligned.span(e.start, e.end)
+        start, end = span if span is not None else (aligned.point(e.start),) * 2
         start, end = min(max(start, low), high), min(max(end, low), high)
-        for a, b in taken.get(e.parent, []):
-            if start < b and end > a:  # crossing an earlier sibling: keep what lies beyond it
-                start, end = (b, max(end, b)) if end > b else (a, a) if start < a else (b, b)
+        siblings = taken.setdefault(e.parent, [])
+        i = bisect.bisect_right(siblings, (start, len(aligned.output) + 1))
+        if i and siblings[i - 1][1] > start:  # inside an earlier sibling: start after it
+            start = siblings[i - 1][1]
+        if i < len(siblings):
+            end = min(end, siblings[i][0])
         e.place = (start, max(start, end))
-        taken.setdefault(e.parent, []).append(e.place)
-
-
-def point_at(at: int, output: str, alignment: list[tuple[int, int, int, int]], source: str = "") -> int:
-    """Where a place in the source text goes in the output: before the first word or after the last one as in
-    the source (markup around a run's text stays around it), else before the output word aligned with the next
-    source word."""
-    following = [c for a, _, c, _ in alignment if a >= at]
-    preceding = [d for _, b, _, d in alignment if b <= at]
-    if not preceding:
-        return min(at, min((c for _, _, c, _ in alignment), default=len(output)))
-    if not following:
-        return max(len(output) - (len(source) - at), max(d for _, _, _, d in alignment))
-    return following[0]
+        bisect.insort(siblings, e.place)
 
 
 def render_run(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> str:
     """The run's output with its markup: closing tags before points before opening tags at one place, inner
     ones closing first and opening last."""
-    place(run, output, alignment)
+    aligned = Alignment(alignment, output, run.text)
+    place(run, aligned)
     events: list[tuple[int, tuple[int, int], str]] = []
     for e in run.elements:
         a, b = e.place
@@ -233,7 +274,7 @@ def render_run(run: Run, output: str, alignment: list[tuple[int, int, int, int]]
         else:
             events += [(a, (2, e.depth), e.open), (b, (0, -e.depth), e.close)]
     for at, raw in run.points:  # spaced as in the source, where the output's words would touch it
-        where = point_at(at, output, alignment, run.text)
+        where = aligned.point(at)
         before = " " if run.text[at - 1 : at].isspace() and where > 0 and not output[where - 1].isspace() else ""
         after = " " if run.text[at : at + 1].isspace() and output[where : where + 1].isalnum() else ""
         events.append((where, (1, 0), before + raw + after))

@@ -228,7 +228,10 @@ async def decode_with(
     """Decode texts with one model as one job: one output per text (format html: service.api.html)."""
     s = service.settings
     options = options_of(req, s, info, n_best_at_least=1 + req.alternatives)
-    documents = [Document(t) for t in texts] if req.format == "html" else None
+    large = sum(len(t) for t in texts) > INLINE_CHARS  # parsed and rendered in a thread: the loop keeps answering
+    documents = None
+    if req.format == "html":
+        documents = await asyncio.to_thread(parse_all, texts) if large else parse_all(texts)
     pieces = texts if documents is None else [p for d in documents for p in d.texts]
     found: list[output.Output] = []
     if pieces:
@@ -237,7 +240,13 @@ async def decode_with(
         job = Job(info.id, pieces, options, truncate=req.truncate, align=html, owner=owner, deadline=deadline)
         await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         found = (await run(service, job, request)).outputs
-    return [output_of(o) for o in found] if documents is None else html_outputs(documents, found)
+    if documents is None:
+        return [output_of(o) for o in found]
+    return await asyncio.to_thread(html_outputs, documents, found) if large else html_outputs(documents, found)
+
+
+def parse_all(texts: list[str]) -> list[Document]:
+    return [Document(t) for t in texts]
 
 
 # -- the routes -----------------------------------------------------------------------------------

@@ -53,3 +53,11 @@ def test_the_translator_keeps_every_span_and_translates_the_rest(checkpoint_dir:
     alone = tr.translate(["kalo mine ruza vo"], beam_size=2, max_len_a=0.0, max_len_b=8, segment=False)[0]
     assert out.tokens == alone.tokens  # the model read the sentence without them
     assert tr.translate(["😀 https://example.com"], max_len_b=4)[0].text == "😀 https://example.com"
+
+
+def test_hostile_sentences_keep_at_most_max_kept_spans() -> None:
+    from model.protect import MAX_KEPT
+
+    assert len(protect("1 a " * 5000, ascii_only).kept) == MAX_KEPT
+    assert protect("a" * 50_000, ascii_only).kept == ()  # one long word: no address, nothing kept
+    assert len(protect("`a " * 3000, ascii_only).kept) <= MAX_KEPT

@@ -114,3 +114,13 @@ def test_any_alignment_gives_markup_that_parses_with_every_tag() -> None:
         got = parsed(out)
         assert sorted(got.tags) == sorted(want), (markup, out)
         assert got.text.split() == output.split(), out
+
+
+def test_thousands_of_nested_and_sibling_tags_all_come_back() -> None:
+    for markup in ("<p>" + "<i>x " * 2000 + "</i>" * 2000 + "</p>", "<p>" + "<b>x</b> " * 2000 + "</p>"):
+        document = Document(markup)
+        [source] = document.texts
+        n = source.count("x")
+        output = " ".join("y" for _ in range(n))
+        out = render(document, [hypothesis(source, output, list(reversed(range(n))))])
+        assert sorted(parsed(out).tags) == sorted(parsed(markup).tags)
