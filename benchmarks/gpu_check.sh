@@ -37,3 +37,7 @@ python3 -m service.cli train run_dir="$OUT/run-base" preset=base data.corpus=jso
     batch_tokens=12500 accumulate=2 max_steps=300 log_every=50 eval_every=100000 save_every=100000 \
     device=cuda dtype=bfloat16 progress=false
 grep '"loss"' "$OUT/run-base/metrics.jsonl" | tail -3
+
+echo "== documents on CUDA: sentences, kept spans and inline tags placed by the word alignment (the base run)"
+best=$(ls -d "$OUT/run-base/best" "$OUT/run-base/checkpoints/"* 2>/dev/null | head -1)
+python3 benchmarks/html_tags.py --model "$best" --jsonl "$OUT/run-base/data/test.jsonl" --device cuda

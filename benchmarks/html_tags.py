@@ -73,11 +73,12 @@ def main() -> None:
     p.add_argument("--jsonl", type=Path, nargs="+", required=True)
     p.add_argument("--min-words", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     args = p.parse_args()
     rows = [json.loads(line) for path in args.jsonl for line in path.read_text(encoding="utf-8").splitlines() if line]
     rows = [r for r in rows if len(r["source"].split()) >= args.min_words]
     rng = random.Random(args.seed)
-    tr = Translator.load(args.model, device="cpu", threads=2)
+    tr = Translator.load(args.model, device=args.device, threads=2 if args.device == "cpu" else None)
     plain = [o.text for o in tr.translate([r["source"] for r in rows], truncate=True)]
     inputs = [tagged(r["source"], rng) for r in rows]
     documents = [Document(markup) for markup in inputs]
