@@ -376,3 +376,32 @@ def test_a_worker_with_no_models_waits_for_them_instead_of_exiting(
         assert proc.wait(timeout=30) == 0
     finally:
         w.stop_all()
+
+
+def test_sentences_kept_spans_and_inline_tags_travel_through_redis(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
+    """What segmentation and format html need from a worker (each output's sentence spans and word alignment,
+    the job's align flag) is JSON through Redis: the answers equal the embedded Translator's."""
+    from tests.service.test_html import parsed
+
+    server = serve(redis_url=redis_server.url)
+    workers.start("w1")
+    wait_workers(redis_server, 1)
+    opts = {"beam_size": 2, "max_length": 6}
+    paragraph = "Kalo mine ruza. Vo sa 1,024 ke!\n\nMine 😀 vo."
+    r = httpx.post(f"{server.url}/translate", json={"q": paragraph, **opts}, timeout=60)
+    assert r.status_code == 200, r.text
+    want = translator.translate([paragraph], beam_size=2, max_len_a=0.0, max_len_b=6)[0]
+    got = r.json()["translations"][0]
+    assert got["text"] == want.text and "1,024" in got["text"] and "😀" in got["text"]
+    assert [(s["source"], s["output"]) for s in got["sentences"]] == [
+        (list(s.source), list(s.output)) for s in want.best.sentences
+    ]
+    page = "<p>Kalo <b>mine</b> ruza <i>vo sa</i>.</p>"
+    r = httpx.post(f"{server.url}/translate", json={"q": page, "format": "html", **opts}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert sorted(parsed(r.json()["translatedText"]).tags) == ["b", "i", "p"]
+    job = httpx.post(f"{server.url}/jobs", json={"texts": [paragraph], **opts}).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", timeout=60)
+    assert httpx.get(f"{server.url}/jobs/{job['id']}").json()["results"][0]["text"] == want.text
