@@ -70,5 +70,7 @@ class Detector:
             for c in self.lingua.compute_language_confidence_values(text)
         ]
         values = [(code, v) for code, v in values if code in allowed]
-        total = sum(v for _, v in values) or 1.0
+        total = sum(v for _, v in values)
+        if total <= 0:
+            raise InvalidRequest(field, f"not in a language of the models here ({', '.join(sorted(allowed))})")
         return [Guess(code, round(100 * v / total, 1)) for code, v in values]

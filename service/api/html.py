@@ -89,6 +89,9 @@ class Document(HTMLParser):
         self.attributes: list[str] = []  # values to translate, in order
         self.feed(source)
         self.close()
+        if self.rawdata:  # the content of a <script> or <style> never closed, which the parser holds back
+            self.kept_raw.append(self.rawdata)
+            self.rawdata = ""
         self.flush()
 
     # -- what the parser finds ---------------------------------------------------------------------

@@ -167,7 +167,11 @@ def detected(service: Service, text: str, field: str, fits: dict[str, ModelInfo]
     [only] = fits
     if len(LETTERS.findall(text)) < MIN_LETTERS:
         return Guess(only, 0.0)
-    return next((g for g in service.detector.detect(text, field) if g.language == only), Guess(only, 0.0))
+    try:
+        guesses = service.detector.detect(text, field)
+    except InvalidRequest:  # in none of the models' languages: the one model takes it all the same
+        return Guess(only, 0.0)
+    return next((g for g in guesses if g.language == only), Guess(only, 0.0))
 
 
 # -- a request's job, queued and waited for -------------------------------------------------------

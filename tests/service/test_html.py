@@ -124,3 +124,8 @@ def test_thousands_of_nested_and_sibling_tags_all_come_back() -> None:
         output = " ".join("y" for _ in range(n))
         out = render(document, [hypothesis(source, output, list(reversed(range(n))))])
         assert sorted(parsed(out).tags) == sorted(parsed(markup).tags)
+
+
+def test_a_script_never_closed_is_kept_whole() -> None:
+    out = render(Document("<p>Hi there</p><script>if (a<b) x();"), [hypothesis("Hi there", "Hallo da", [0, 1])])
+    assert out == "<p>Hallo da</p><script>if (a<b) x();"

@@ -44,6 +44,9 @@ def test_libretranslates_own_client_works_unchanged(server: Server, models_dir: 
         lt.detect("Datei")  # too short to tell
     assert e.value.code == 422 and "too short to tell" in e.value.read().decode()
     with pytest.raises(urllib.error.HTTPError) as e:
+        lt.detect("Привет, как у тебя дела сегодня?")  # neither English nor German
+    assert e.value.code == 422 and "not in a language of the models here (de, en)" in e.value.read().decode()
+    with pytest.raises(urllib.error.HTTPError) as e:
         LibreTranslateAPI(server.url, api_key="wrong-key-0123456789").translate(TEXT, "en", "de")
     assert e.value.code == 401
 
