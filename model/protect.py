@@ -22,7 +22,9 @@ KEEP = re.compile(
 WORD = re.compile(r"\S+")
 EDGE_PUNCTUATION = ".,;:!?()[]\"'«»“”„‘’"
 MAX_KEPT = 64  # spans kept per sentence; past them, the rest is left to the model (placing each costs a pass)
-ALIGN_LAYER = -2  # the decoder layer whose cross-attention (mean over heads) aligns best; the last when N_dec is 1
+# The decoder layer whose cross-attention (mean over heads) links source and output words: a late but not the
+# last layer, as alignment work usually takes (the last when N_dec is 1); how well it aligns is not measured here.
+ALIGN_LAYER = -2
 
 
 @dataclass(frozen=True)
