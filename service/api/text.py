@@ -137,7 +137,7 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
         source = None if req.source == "auto" else req.source
         return [service.registry.resolve(task, req.model, source, req.target)] * len(texts), []
     fits = {
-        m.meta.source_lang: m
+        m.meta.source_lang
         for m in service.registry.models.values()
         if m.task == task and m.meta.source_lang and (req.target is None or m.meta.target_lang == req.target)
     }
@@ -153,12 +153,12 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
                 f"detected {guess.language} ({guess.confidence:g}%), and no {task} model reads {guess.language}{to}; "
                 f"models here read {', '.join(sorted(fits))}",
             )
-        infos.append(fits[guess.language])
+        infos.append(service.registry.resolve(task, None, guess.language, req.target))  # several: a 422 names them
         guesses.append(guess)
     return infos, guesses
 
 
-def detected(service: Service, text: str, field: str, fits: dict[str, ModelInfo]) -> Guess:
+def detected(service: Service, text: str, field: str, fits: set[str]) -> Guess:
     """The most likely language of text among the fitting models' sources. When one model fits, it is that
     one's, with the detector's confidence in it among all the models' languages (0 for a text too short to
     tell): a request that worked before detection still does."""
