@@ -43,6 +43,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(url: str, proc: subprocess.Popen[bytes], why: Callable[[], str], timeout: float = 60.0) -> None:
+    """Wait for a `transformer serve` process to answer /readyz 200; fail with why() if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, why()
+        time.sleep(0.2)
+
+
 def wait_until(check: Callable[[], object], timeout: float = 30.0, every: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

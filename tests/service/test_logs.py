@@ -7,12 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.service.conftest import free_port
+from tests.service.conftest import free_port, wait_ready
 
 
 def test_request_ids_and_json_log_lines(models_dir: Path, tmp_path: Path) -> None:
@@ -28,15 +27,7 @@ def test_request_ids_and_json_log_lines(models_dir: Path, tmp_path: Path) -> Non
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stderr=log, stdout=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+        wait_ready(url, proc, lambda: (tmp_path / "serve.log").read_text())
         mine = httpx.post(f"{url}/translate", json={"q": "kalo", "max_length": 4}, headers={"X-Request-Id": "r-42"})
         assert mine.status_code == 200 and mine.headers["x-request-id"] == "r-42"
         made = httpx.get(f"{url}/healthz", headers={"X-Request-Id": "not an id;" * 20})  # 200 chars, spaces
