@@ -13,7 +13,7 @@ import torch
 
 from model.beam import Admission, BeamLoop, search_all
 from model.checkpoint import CheckpointMeta, load_checkpoint, read_meta
-from model.config import DTYPE_NAMES, DecodingConfig
+from model.config import DTYPE_NAMES, DecodingConfig, ModelConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.int8_checkpoint import load_int8_checkpoint
 from model.output import AttentionMaps, Hypothesis, Output
@@ -58,6 +58,22 @@ class Source:
         """The output of a segment that is all kept spans: itself."""
         text = " ".join(k.text for k in self.protected.kept)
         return Output([Hypothesis([], 0.0, 0.0, text=text, alignment=((0, len(self.sentence), 0, len(text)),))])
+
+
+def read_segments(texts: Sequence[Segmented], tokenizer: Tokenizer, cfg: ModelConfig, truncate: bool) -> list[Source]:
+    """Every segment of every text, in order, as the model reads it: what cannot be translated kept out of it
+    (model.protect), then encoded as Translator.encode does (no ids when nothing is left). The API checks a
+    request with it, without the weights (service.registry)."""
+    out = []
+    for i, text in enumerate(texts):
+        for j, sentence in enumerate(text.sentences):
+            protected = protect(sentence, tokenizer.readable)
+            try:
+                ids = [] if protected.blank else tokenizer.source_ids(protected.text, cfg, truncate)
+            except InputTooLongError as e:
+                raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
+            out.append(Source(protected, ids, sentence))
+    return out
 
 
 def word_index(pieces: list[str]) -> list[int]:
@@ -166,18 +182,8 @@ class Translator:
         return [segment(t, self.meta.source_lang, self.meta.task) for t in texts]
 
     def encode_segments(self, texts: Sequence[Segmented], truncate: bool = False) -> list[Source]:
-        """Every segment of every text, in order, as the model reads it: what cannot be translated kept out of it
-        (model.protect), then encoded as encode does (no ids when nothing is left)."""
-        out = []
-        for i, text in enumerate(texts):
-            for j, sentence in enumerate(text.sentences):
-                protected = protect(sentence, self.tokenizer.readable)
-                try:
-                    ids = [] if protected.blank else self.tokenizer.source_ids(protected.text, self.model.cfg, truncate)
-                except InputTooLongError as e:
-                    raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
-                out.append(Source(protected, ids, sentence))
-        return out
+        """Every segment of every text, in order, as the model reads it (read_segments)."""
+        return read_segments(texts, self.tokenizer, self.model.cfg, truncate)
 
     def translate(
         self,

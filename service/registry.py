@@ -12,10 +12,9 @@ from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
 from model.errors import CheckpointError, InputError, InputTooLongError, ModelError
-from model.protect import protect
 from model.segment import Segmented, segment
 from model.tokenizer import Tokenizer
-from model.translator import Translator
+from model.translator import Translator, read_segments
 from service.errors import InvalidRequest, ModelNotFound
 from service.settings import ServiceSettings
 
@@ -52,25 +51,19 @@ class ModelInfo:
         """Source tokens of each of text's segments as the encoder takes them (EOS included); InvalidRequest when
         it has more than most_segments of them, or when the model cannot take one (too long without truncate,
         invalid Unicode)."""
-        segments = self.segment(text).sentences
-        if len(segments) > most_segments:
+        segmented = self.segment(text)
+        if len(segmented.spans) > most_segments:
             raise InvalidRequest(
                 field,
-                f"{len(segments):,} sentences, more than the limit of {most_segments:,} per text "
+                f"{len(segmented.spans):,} sentences, more than the limit of {most_segments:,} per text "
                 "(TRANSFORMER_MAX_SENTENCES): send it in parts",
             )
-        lengths = []
-        for j, sentence in enumerate(segments):
-            try:
-                read = protect(sentence, self.tokenizer.readable)  # as the worker's Translator reads it
-                lengths.append(
-                    0 if read.blank else len(self.tokenizer.source_ids(read.text, self.meta.model, truncate))
-                )
-            except InputTooLongError as e:
-                raise InvalidRequest(field, str(InputTooLongError(e.length, e.limit, sentence=j))) from None
-            except InputError as e:
-                raise InvalidRequest(field, str(e)) from None
-        return lengths
+        try:  # as the worker's Translator reads it
+            return [len(s.ids) for s in read_segments([segmented], self.tokenizer, self.meta.model, truncate)]
+        except InputTooLongError as e:  # the field names the text: the error names only the sentence
+            raise InvalidRequest(field, str(InputTooLongError(e.length, e.limit, sentence=e.sentence))) from None
+        except InputError as e:
+            raise InvalidRequest(field, str(e)) from None
 
 
 class Registry:
