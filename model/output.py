@@ -94,6 +94,12 @@ class Hypothesis:
         )
 
 
+def by_rank(lists: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """The k-th hypothesis of each n-best list, for k = 0, 1, ... up to the longest list (a list's best where it
+    has fewer): the parts of the k-th hypothesis of an output joined from several (one empty row for no lists)."""
+    return [[r[k] if k < len(r) else r[0] for r in lists] for k in range(max((len(r) for r in lists), default=1))]
+
+
 @dataclass(frozen=True)
 class Output:
     """The n-best list of one input, best first; text, tokens, score and attention are the best one's."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import sentencex
 
-from model.output import Hypothesis, Output, SentenceSpan
+from model.output import Hypothesis, Output, SentenceSpan, by_rank
 from model.tokenizer import check_unicode
 
 Span = tuple[int, int]  # [start, end) in characters
@@ -86,10 +86,8 @@ def joined(segmented: Segmented, outputs: Sequence[Output]) -> Output:
     comes back as it is."""
     if not segmented.spans:
         return Output([Hypothesis([], 0.0, 0.0, text=segmented.text)])
-    ranked = [o.hypotheses for o in outputs]
     hypotheses = []
-    for k in range(max(len(r) for r in ranked)):
-        chosen = [r[k] if k < len(r) else r[0] for r in ranked]
+    for chosen in by_rank([o.hypotheses for o in outputs]):
         text, spans = segmented.join([h.text for h in chosen])
         hypotheses.append(
             Hypothesis(

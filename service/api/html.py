@@ -313,10 +313,8 @@ def html_outputs(documents: list[Document], outputs: list[output.Output]) -> lis
     (the best, where a text has fewer)."""
     out, it = [], iter(outputs)
     for document in documents:
-        ranked = [next(it).hypotheses for _ in document.texts]
         joined = []
-        for k in range(max((len(r) for r in ranked), default=1)):
-            chosen = [r[k] if k < len(r) else r[0] for r in ranked]
+        for chosen in output.by_rank([next(it).hypotheses for _ in document.texts]):
             joined.append(
                 Hypothesis(
                     text=render(document, chosen),
