@@ -250,13 +250,14 @@ class Translator:
         text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
         read = text
         links = aligned(attention.cross) if attention is not None else []
+        pieces = self.tokenizer.source.encode(source.protected.text) if kept or align else []  # EOS left out
         spans: list[tuple[int, int]] = []
         moved = list(range(len(text) + 1))  # where each character of the model's output is in text
         if kept:
-            text, spans, moved = restore(source.protected, text, self.places(source, hyp.ids, links))
+            text, spans, moved = restore(source.protected, text, self.places(source, pieces, hyp.ids, read, links))
         alignment = []
         if align:
-            alignment = self.word_alignment(source, hyp.ids, read, links, moved)
+            alignment = self.word_alignment(source, pieces, hyp.ids, tokens, read, links, moved)
             alignment += [(k.start, k.start + len(k.text), a, b) for k, (a, b) in zip(kept, spans, strict=True)]
         return dataclasses.replace(
             hyp,
@@ -267,15 +268,22 @@ class Translator:
         )
 
     def word_alignment(
-        self, source: Source, out_ids: list[int], output: str, links: list[int], moved: list[int]
+        self,
+        source: Source,
+        pieces: list[str],
+        out_ids: list[int],
+        tokens: list[str],
+        output: str,
+        links: list[int],
+        moved: list[int],
     ) -> list[tuple[int, int, int, int]]:
         """(start, end) in the sentence of each word the model read, and of the output word its first piece is
         aligned with (links: source piece -> output token), in output as restore moved it; none where words
         and pieces do not pair up (a tokenizer that normalizes spaces away)."""
         words = source.protected.read_words(source.sentence)
         out_words = [m.span() for m in WORD.finditer(output)]
-        first_piece = word_starts(self.tokenizer.source.encode(source.protected.text))
-        out_word_of = word_index(self.tokenizer.target_pieces(out_ids))
+        first_piece = word_starts(pieces)
+        out_word_of = word_index(tokens)
         if words is None or len(first_piece) != len(words) or max(out_word_of, default=-1) + 1 != len(out_words):
             return []
         pairs = []
@@ -285,13 +293,14 @@ class Translator:
                 pairs.append((a, b, moved[c], moved[d - 1] + 1))
         return pairs
 
-    def places(self, source: Source, out_ids: list[int], alignment: list[int]) -> list[int]:
-        """Where each kept span goes in the output: before the output word aligned with the next source word
-        after it, else after (and before the punctuation of) the one aligned with the source word before it."""
-        pieces = self.tokenizer.source.encode(source.protected.text)  # EOS left out
+    def places(
+        self, source: Source, pieces: list[str], out_ids: list[int], text: str, alignment: list[int]
+    ) -> list[int]:
+        """Where each kept span goes in text (the model's output of out_ids): before the output word aligned with
+        the next source word after it, else after (and before the punctuation of) the one aligned with the source
+        word before it. pieces: the source pieces the model read, EOS left out."""
         words = [i for i, p in enumerate(pieces) if p.strip("▁" + EDGE_PUNCTUATION)]  # pieces that are not punctuation
         starts = [j for j, p in enumerate(self.tokenizer.target_pieces(out_ids)) if p.startswith("▁")]
-        text = self.tokenizer.decode_target(out_ids)
         at = lambda j: len(self.tokenizer.decode_target(out_ids[:j]))  # noqa: E731 - output characters before token j
         last = len(out_ids) - 1
         places = []
