@@ -53,9 +53,13 @@ function labelList(className, tokens, cell, axis) {
     label.style.lineHeight = `${cell}px`;
     if (cell < 12) label.style.fontSize = `${Math.max(cell - 1, 0)}px`; // zoomed out: shrink, or hide below 6 px
     if (cell < 6) label.style.visibility = "hidden";
-    label.addEventListener("mouseenter", () => setHover(className === "row-label" ? i : null,
-      className === "col-label" ? i : null));
-    label.addEventListener("mouseleave", () => setHover(null, null));
+    // a pinned cell (a tap, the keys) stays until it is let go: the pointer passing over a label leaves it be
+    label.addEventListener("mouseenter", () => {
+      if (!page.pinned) setHover(className === "row-label" ? i : null, className === "col-label" ? i : null);
+    });
+    label.addEventListener("mouseleave", () => {
+      if (!page.pinned) setHover(null, null);
+    });
     box.append(label);
   });
   return box;
