@@ -41,3 +41,11 @@ grep '"loss"' "$OUT/run-base/metrics.jsonl" | tail -3
 echo "== documents on CUDA: sentences, kept spans and inline tags placed by the word alignment (the base run)"
 best=$(ls -d "$OUT/run-base/best" "$OUT/run-base/checkpoints/"* 2>/dev/null | head -1)
 python3 benchmarks/html_tags.py --model "$best" --jsonl "$OUT/run-base/data/test.jsonl" --device cuda
+
+echo "== files on CUDA: a text file and a Markdown file through transformer translate --file (the base run)"
+head -c 200000 "$OUT/train-corpus.jsonl" | python3 -c "import json,sys; [print(json.loads(l)['source']) for l in sys.stdin if l.endswith('}\n')]" > "$OUT/file.txt"
+printf '# %s\n\nSome **%s** words, a [link](http://x.org) and `code`.\n' "$(head -1 "$OUT/file.txt")" "$(sed -n 2p "$OUT/file.txt")" > "$OUT/file.md"
+for f in file.txt file.md; do
+    python3 -m service.cli translate --model "$best" --device cuda --file "$OUT/$f" --out "$OUT/out-$f" 2>&1 | tail -1
+done
+test "$(wc -l < "$OUT/out-file.txt")" = "$(wc -l < "$OUT/file.txt")" && grep -q '\*\*' "$OUT/out-file.md" && echo "files: structure kept"

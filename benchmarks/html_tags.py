@@ -1,5 +1,5 @@
 """Inline markup on held-out sentences: each sentence gets one to three inline elements (<b>, <i>, <a href>,
-nested at times) around random words, goes through format html's path (service.api.html with the model's word
+nested at times) around random words, goes through format html's path (model.markup with the model's word
 alignment) and is scored against the same sentence sent without tags: every tag of the input must come back,
 the output must parse, and its text (tags removed) must score as the plain sentence's output does.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from model.markup import VOID, Document, html_outputs  # noqa: E402
 from model.translator import Translator  # noqa: E402
-from service.api.html import VOID, Document, html_outputs  # noqa: E402
 
 TAGS = ["b", "i", 'a href="https://example.com/"']
 

@@ -61,7 +61,9 @@ def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingC
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("translate", help="translate lines from stdin to stdout, batched")
+    p = sub.add_parser(
+        "translate", help="translate lines from stdin to stdout, batched; or a file, keeping its structure (--file)"
+    )
     p.add_argument("--model", required=True, help="checkpoint directory")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16, or int8 (CPU only)")
@@ -81,6 +83,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write an empty line for an input the model cannot take (too long, invalid Unicode) "
         "and go on, instead of stopping there",
     )
+    p.add_argument(
+        "--file",
+        default=None,
+        help="translate this file instead of stdin, keeping its structure: .txt, .srt, .vtt, .md, .html, .epub, "
+        ".docx, .pptx, .odt or .odp (needs --out)",
+    )
+    p.add_argument("--out", default=None, help="where --file's translation is written (same format)")
     add_decoding_options(p)
     p.set_defaults(run=run_translate)
 
@@ -108,12 +117,16 @@ def chunks(lines: TextIO, size: int) -> Iterator[list[str]]:
 def run_translate(args: argparse.Namespace) -> int:
     """Translate stdin to stdout line by line, in chunks. A line the model cannot take (too long, invalid
     Unicode) is named by its number: the run stops there after writing every line before it, or, with
-    --skip-errors, writes an empty line for it and goes on."""
+    --skip-errors, writes an empty line for it and goes on. With --file, a file (run_translate_file)."""
     from model.errors import InputError
     from model.translator import Translator
 
+    if (args.file is None) != (args.out is None):
+        raise InputError("--file and --out go together: the file to translate and where its translation goes")
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     cfg = decoding_config(args, tr.meta.decoding)
+    if args.file is not None:
+        return run_translate_file(tr, cfg, args)
     # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
     source = (
         io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
@@ -143,6 +156,43 @@ def run_translate(args: argparse.Namespace) -> int:
             else:
                 write([next(results)], args)
         done += len(lines)
+    return 0
+
+
+FILE_CHUNK = 256  # texts of a file translated at a time: memory holds one chunk's search, not the file's
+CLI_LIMITS = dict(max_bytes=2**31, max_unzipped_bytes=2**33, max_entries=10**6, max_texts=10**8)  # a user's own
+
+
+def run_translate_file(tr: Translator, cfg: DecodingConfig, args: argparse.Namespace) -> int:
+    """Translate --file into --out in the same format, its structure kept (model.files), showing progress."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from model.errors import FileError, InputTooLongError
+    from model.files import FileLimits, read_file
+
+    source = Path(args.file)
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise FileError(str(source), e.strerror or str(e)) from None
+    read = read_file(source.name, data, FileLimits(**CLI_LIMITS))
+    outputs = []
+    with tqdm(total=len(read.texts), unit="text", desc=source.name, file=sys.stderr) as progress:
+        for start in range(0, len(read.texts), FILE_CHUNK):
+            chunk = read.texts[start : start + FILE_CHUNK]
+            try:
+                done = tr.translate(
+                    chunk, cfg, align=read.align, truncate=args.truncate, max_batch_size=args.batch_size
+                )
+            except InputTooLongError as e:
+                where = start + (e.index or 0) + 1
+                raise FileError(source.name, f"text {where} (a line, paragraph or cue): {e}") from None
+            outputs += [o.best for o in done]
+            progress.update(len(chunk))
+    Path(args.out).write_bytes(read.render(outputs))
+    print(f"{source.name}: {len(read.texts)} texts translated into {args.out}", file=sys.stderr)
     return 0
 
 

@@ -65,3 +65,12 @@ class InputTooLongError(InputError):
 
 class SearchStopped(ModelError):
     """A search was stopped by its caller before it finished (nobody wants its outputs any more)."""
+
+
+class FileError(InputError):
+    """A file to translate is too large, corrupt, or not in a format we read (model.files)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason

@@ -97,6 +97,21 @@ class TooManyRequests(ServiceError):
         super().__init__(message, headers={"Retry-After": str(retry_after)})
 
 
+class TooManyKept(TooManyRequests):
+    """An API key keeps as many background jobs and files, or bytes of them, as it may."""
+
+    code = "too_many_kept"
+
+
+class NotReady(ServiceError):
+    """A file asked for before its job is done."""
+
+    status, code = 409, "not_ready"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
 class QueueFull(TooManyRequests):
     code = "queue_full"
 

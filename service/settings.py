@@ -11,6 +11,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from model.config import DEVICE_NAME, DTYPE_NAMES
+from model.files import FileLimits
 
 MIN_KEY_LENGTH = 16
 
@@ -50,6 +51,15 @@ class ServiceSettings(BaseSettings):
     max_job_page: int = Field(default=1000, ge=1)  # most results per GET /jobs/{id}
     request_timeout_s: float = Field(default=60.0, gt=0)  # a synchronous request answers 504 after this
     result_ttl_s: int = Field(default=3600, ge=1)  # how long job statuses and results are kept
+    # files (POST /translate_file): each runs as a batch job; model.files reads them within these
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_file_unzipped_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)  # .docx, .pptx, .odt, .epub unpacked
+    max_file_entries: int = Field(default=10_000, ge=1)  # members of a zip-based file
+    max_file_texts: int = Field(default=50_000, ge=1)  # paragraphs, lines or cues to translate
+    # what one API key (without keys: all clients together) keeps at once: background jobs and files, queued,
+    # running or ended and not yet read, deleted or expired; bytes are those sent (texts and files)
+    max_kept_jobs: int = Field(default=100, ge=1)
+    max_kept_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     # FastAPI's own OpenTelemetry spans, metrics and logs; off by default: /metrics serves Prometheus, and
     # the check costs about a third of the API's CPU time per request even with no OpenTelemetry set up
     opentelemetry: bool = False
@@ -101,6 +111,9 @@ class ServiceSettings(BaseSettings):
                 )
             out[key] = int(limit) if limit else self.rate_limit
         return out
+
+    def file_limits(self) -> FileLimits:
+        return FileLimits(self.max_file_bytes, self.max_file_unzipped_bytes, self.max_file_entries, self.max_file_texts)
 
     def hosts(self) -> list[str]:
         """Allowed Host names, lower case; empty: any."""

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service.api import jobs, ops, text
+from service.api import files, jobs, ops, text
 from service.api.docs import install_docs
 from service.api.envelope import Envelope
 from service.api.guard import Guard
@@ -43,7 +43,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     )
     app.state.service = service
     install_error_handlers(app)
-    for routes in (ops, text, jobs):
+    for routes in (ops, text, jobs, files):
         app.include_router(routes.router)
     install_docs(app)
     install_openapi(app, settings, service.access)

@@ -20,11 +20,22 @@ def announced_length(headers: list[tuple[bytes, bytes]]) -> float:
     return int(length) if length.isdigit() else float("inf")
 
 
+FILE_PATHS = frozenset({"/translate_file"})  # multipart bodies holding a file, up to max_file_bytes
+FORM_SLACK = 64 * 1024  # a file's multipart body: the file and at most this much of other fields and boundaries
+
+
+def body_limit(path: str, settings: ServiceSettings) -> tuple[int, str]:
+    """The most bytes a request's body may have on this path, and the setting that says so."""
+    if path in FILE_PATHS:
+        return settings.max_file_bytes + FORM_SLACK, "TRANSFORMER_MAX_FILE_BYTES"
+    return settings.max_body_bytes, "TRANSFORMER_MAX_BODY_BYTES"
+
+
 async def read_body(scope: Scope, receive: Receive, settings: ServiceSettings) -> bytes:
-    """The whole body, refused as soon as it passes max_body_bytes, whether or not a Content-Length announced
-    it; a large one must also not hold more JSON values than the largest legal request."""
-    limit = settings.max_body_bytes
-    too_large = f"request body over the limit of {limit} bytes (TRANSFORMER_MAX_BODY_BYTES)"
+    """The whole body, refused as soon as it passes its limit (body_limit), whether or not a Content-Length
+    announced it; a large JSON one must also not hold more JSON values than the largest legal request."""
+    limit, setting = body_limit(scope["path"], settings)
+    too_large = f"request body over the limit of {limit} bytes ({setting})"
     length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
     if length is not None and (not length.isdigit() or int(length) > limit):
         raise PayloadTooLarge(too_large)
@@ -41,7 +52,11 @@ async def read_body(scope: Scope, receive: Receive, settings: ServiceSettings) -
         more = message.get("more_body", False)
     body = b"".join(chunks)
     values = max(settings.max_texts, settings.max_job_texts) + 1000  # texts, options and some slack
-    if len(body) > SCAN_FROM_BYTES and await asyncio.to_thread(too_many_values, body, values):
+    if (
+        len(body) > SCAN_FROM_BYTES
+        and scope["path"] not in FILE_PATHS
+        and await asyncio.to_thread(too_many_values, body, values)
+    ):
         raise PayloadTooLarge(f"the request body holds more than {values} JSON values")
     return body
 

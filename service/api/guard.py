@@ -5,10 +5,12 @@ in the one error shape. Plain ASGI: no task or stream per request."""
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access import Access, bearer_token
-from service.api.body import announced_length, read_body, replay
+from service.api.body import FILE_PATHS, announced_length, body_limit, read_body, replay
 from service.api.handlers import error_response
 from service.api.libre import FORM, FORM_PATHS, body_api_key, content_type, form_as_json
 from service.errors import ServiceError
@@ -45,14 +47,13 @@ class Guard:
         path, headers = scope["path"], scope["headers"]
         self.access.check_host(path, headers)
         body, key = None, ""
-        if (
-            scope["method"] == "POST"
-            and self.access.needs_key(path)
-            and not bearer_token(headers)
-            and announced_length(headers) <= BODY_KEY_BYTES
-        ):
-            body = await read_body(scope, receive, self.settings)  # the key may be its api_key field
-            key = body_api_key(body, content_type(headers))
+        if scope["method"] == "POST" and self.access.needs_key(path) and not bearer_token(headers):
+            if path in FILE_PATHS and announced_length(headers) <= body_limit(path, self.settings)[0]:
+                body = await read_body(scope, receive, self.settings)  # a file's form: its api_key field
+                key = await form_api_key(scope, body)
+            elif announced_length(headers) <= BODY_KEY_BYTES:
+                body = await read_body(scope, receive, self.settings)  # the key may be its api_key field
+                key = body_api_key(body, content_type(headers))
         client = scope.get("client")
         scope.setdefault("state", {})["owner"] = await self.access.check(
             path, headers, client[0] if client else "", key
@@ -62,3 +63,22 @@ class Guard:
         if content_type(headers) == FORM and path in FORM_PATHS:
             body = form_as_json(scope, body)
         return body
+
+
+async def form_api_key(scope: Scope, body: bytes) -> str:
+    """The api_key field of a multipart form body (LibreTranslate's /translate_file clients), or ''."""
+    received = False
+
+    async def once() -> dict[str, object]:
+        nonlocal received
+        if received:
+            return {"type": "http.disconnect"}
+        received = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        async with Request(scope, once).form() as form:
+            key = form.get("api_key")
+    except HTTPException:  # not a form we can read: the route answers what is wrong with it
+        return ""
+    return key if isinstance(key, str) else ""

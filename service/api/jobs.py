@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from service.api.deps import Owner, ReadyService
 from service.api.schemas import JobProgress, JobRequest, JobResponse, output_of
@@ -19,7 +19,11 @@ router = APIRouter(responses=ERRORS, tags=["jobs"])
 JobId = Annotated[str, Path(max_length=64)]
 
 
-def job_response(job: JobInfo, limit: int) -> JobResponse:
+def download_url(request: Request, job_id: str) -> str:
+    return f"{request.base_url}download_file/{job_id}"
+
+
+def job_response(job: JobInfo, limit: int, request: Request) -> JobResponse:
     results = [output_of(o) for o in job.outputs] if job.outputs is not None else None
     following = job.offset + limit
     return JobResponse(
@@ -31,6 +35,8 @@ def job_response(job: JobInfo, limit: int) -> JobResponse:
         progress=JobProgress(done=job.done, total=job.total),
         offset=job.offset,
         next_offset=following if results is not None and following < job.total else None,
+        file=job.file,
+        translatedFileUrl=download_url(request, job.id) if job.file else None,
     )
 
 
@@ -57,6 +63,7 @@ async def get_job(
     job_id: JobId,
     service: ReadyService,
     owner: Owner,
+    request: Request,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int | None, Query(ge=1)] = None,
 ) -> JobResponse:
@@ -69,14 +76,14 @@ async def get_job(
     job = await service.queue.info(job_id, owner, offset, limit)
     if job is None:
         raise unknown(job_id)
-    return job_response(job, limit)
+    return job_response(job, limit, request)
 
 
 @router.delete("/jobs/{job_id}", response_model=JobResponse)
-async def cancel_job(job_id: JobId, service: ReadyService, owner: Owner) -> JobResponse:
+async def cancel_job(job_id: JobId, service: ReadyService, owner: Owner, request: Request) -> JobResponse:
     """Cancel a queued or running job (its workers drop it), or delete a finished one's results. Answers the
     job as it was; afterwards GET shows a cancelled job, or 404 for a deleted one."""
     job = await service.queue.cancel(job_id, owner)
     if job is None:
         raise unknown(job_id)
-    return job_response(replace(job, outputs=None), 0)
+    return job_response(replace(job, outputs=None), 0, request)

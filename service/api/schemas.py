@@ -278,6 +278,10 @@ class JobResponse(BaseModel):
     results: list[Output] | None = Field(None, description="once done: results[offset : offset + limit]")
     offset: int = Field(0, description="index of the first of these results among the job's texts")
     next_offset: int | None = Field(None, description="offset of the next page of results; null after the last")
+    file: str | None = Field(None, description="a file's job (POST /translate_file): the file's name")
+    translatedFileUrl: str | None = Field(  # noqa: N815 (LibreTranslate's name)
+        None, description="a file's job: where its translated file is downloaded, once, when done"
+    )
 
 
 class AttentionRequest(DecodeOptions):

@@ -17,9 +17,9 @@ from starlette.types import Receive
 from model import output
 from model.config import DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
+from model.markup import Document, render
 from model.segment import sections
 from service.api.deps import Owner, ReadyService
-from service.api.html import Document, html_outputs
 from service.api.libre import language_name
 from service.api.runtime import Service
 from service.api.schemas import (
@@ -30,6 +30,7 @@ from service.api.schemas import (
     DetectedLanguage,
     DetectRequest,
     ErrorResponse,
+    Hypothesis,
     Language,
     Output,
     SummarizeRequest,
@@ -229,7 +230,7 @@ async def decode_texts(
 async def decode_with(
     service: Service, info: ModelInfo, req: TextRequest, texts: list[str], owner: str | None, request: Request
 ) -> list[Output]:
-    """Decode texts with one model as one job: one output per text (format html: service.api.html)."""
+    """Decode texts with one model as one job: one output per text (format html: model.markup)."""
     s = service.settings
     options = options_of(req, s, info, n_best_at_least=1 + req.alternatives)
     large = sum(len(t) for t in texts) > INLINE_CHARS  # parsed and rendered in a thread: the loop keeps answering
@@ -251,6 +252,25 @@ async def decode_with(
 
 def parse_all(texts: list[str]) -> list[Document]:
     return [Document(t) for t in texts]
+
+
+def html_outputs(documents: list[Document], outputs: list[output.Output]) -> list[Output]:
+    """One output per document from the outputs of its texts: its k-th hypothesis renders each text's k-th
+    (the best, where a text has fewer)."""
+    out, it = [], iter(outputs)
+    for document in documents:
+        joined = []
+        for chosen in output.by_rank([next(it).hypotheses for _ in document.texts]):
+            joined.append(
+                Hypothesis(
+                    text=render(document, chosen),
+                    score=sum(h.score for h in chosen),
+                    tokens=[t for h in chosen for t in h.tokens],
+                )
+            )
+        best, *rest = joined
+        out.append(Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=rest))
+    return out
 
 
 # -- the routes -----------------------------------------------------------------------------------

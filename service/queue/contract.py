@@ -48,6 +48,7 @@ class Job:
     align: bool = False  # answer each hypothesis' word alignment (format html places its inline tags by it)
     owner: str | None = None  # owner_of(API key) that sent it; only that key may read or cancel a background job
     deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)
+    file: str | None = None  # a file's name (POST /translate_file): its bytes stay with the API's side of the queue
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
 
@@ -56,6 +57,10 @@ class Job:
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "options": self.options.to_dict()}, ensure_ascii=False)
+
+    def kept_bytes(self, file: bytes | None) -> int:
+        """What a background job counts against its owner's max_kept_bytes: its texts and file as sent."""
+        return sum(len(t.encode("utf-8", "surrogatepass")) for t in self.texts) + len(file or b"")
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Job:
@@ -104,6 +109,22 @@ class JobInfo:
     error: str | None = None
     outputs: list[Output] | None = None  # outputs[offset : offset + limit], when done
     offset: int = 0
+    file: str | None = None  # the file's name, for a file's job
+
+
+def check_kept(jobs: int, kept: int, adding: int, max_jobs: int, max_bytes: int) -> None:
+    """TooManyKept when an owner keeping `jobs` background jobs of `kept` bytes may not add one of `adding`."""
+    from service.errors import TooManyKept
+
+    advice = "download its files, DELETE /jobs/{id} the results read, or wait for them to expire"
+    if jobs >= max_jobs:
+        raise TooManyKept(f"this API key keeps {jobs} jobs, the limit (TRANSFORMER_MAX_KEPT_JOBS): {advice}", 60)
+    if kept + adding > max_bytes:
+        raise TooManyKept(
+            f"this API key keeps {kept:,} bytes of jobs and files; {adding:,} more would pass the limit of "
+            f"{max_bytes:,} (TRANSFORMER_MAX_KEPT_BYTES): {advice}",
+            60,
+        )
 
 
 class QueueUnavailable(Exception):
@@ -111,9 +132,14 @@ class QueueUnavailable(Exception):
 
 
 class ApiQueue(Protocol):
-    """The API's side; errors are ServiceErrors (QueueFull, Unavailable, RequestTimeout)."""
+    """The API's side; errors are ServiceErrors (QueueFull, TooManyKept, Unavailable, RequestTimeout)."""
 
-    async def submit(self, job: Job) -> None: ...
+    async def submit(self, job: Job, file: bytes | None = None) -> None:
+        """Queue a job; a background one (and its file, kept beside it) counts against its owner's
+        max_kept_jobs and max_kept_bytes until it is read, deleted or expired (TooManyKept)."""
+
+    async def take_file(self, job_id: str, owner: str | None) -> bytes | None:
+        """A file job's file, once: it is forgotten as it is taken; None if gone, unknown or not owner's."""
 
     async def wait(self, job_id: str, timeout: float) -> Answer:
         """The answer to a request's job; the job is forgotten once answered, or cancelled after timeout."""
@@ -122,7 +148,8 @@ class ApiQueue(Protocol):
         """A background job with outputs[offset:offset + limit] once done; None if unknown or not owner's."""
 
     async def cancel(self, job_id: str, owner: str | None) -> JobInfo | None:
-        """Cancel a queued or running background job, or forget an ended one; what it was, or None."""
+        """Cancel a queued or running background job, or forget an ended one (and its file); what it was, or
+        None."""
 
     async def ping(self) -> None: ...
 

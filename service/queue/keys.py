@@ -54,7 +54,19 @@ class Keys:
     def job(self, job_id: str) -> str:
         """Hash: background ("1" or "0"), status, done, total, error, too_large, model, owner, worker,
         deliveries."""
-        return f"{self.prefix}:job:{job_id}"
+        return f"{self.job_prefix()}{job_id}"
+
+    def job_prefix(self) -> str:
+        """What every job hash's name starts with (the kept jobs' check finds a job's hash by it)."""
+        return f"{self.prefix}:job:"
+
+    def file(self, job_id: str) -> str:
+        """String: a file job's file (POST /translate_file), until it is downloaded."""
+        return f"{self.prefix}:file:{job_id}"
+
+    def kept(self, owner: str | None) -> str:
+        """Hash: job id -> bytes of the background jobs an owner (an API key's owner_of; "" without keys) keeps."""
+        return f"{self.prefix}:kept:{owner or ''}"
 
     def outputs(self, job_id: str) -> str:
         """List: one Output JSON per text, in order (pages of a background job are LRANGEs of it)."""

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from service.errors import QueueFull, RequestTimeout
-from service.queue.contract import ACTIVE, Answer, Job, JobInfo, JobStatus
+from service.queue.contract import ACTIVE, Answer, Job, JobInfo, JobStatus, check_kept
 from service.queue.counters import admission_counts, step_counts
 from service.settings import ServiceSettings
 
@@ -24,6 +24,8 @@ class _Entry:
     done: int = 0
     answer: Answer | None = None
     expires: float = 0.0
+    file: bytes | None = None  # a file job's file, until it is taken
+    size: int = 0  # bytes it counts against its owner's max_kept_bytes (background jobs)
     events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
 
 
@@ -61,12 +63,16 @@ class MemoryQueue:
 
     # -- the API's side (ApiQueue) ---------------------------------------------------------------
 
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: Job, file: bytes | None = None) -> None:
         with self.ready:
             self._expire()
             if self.active >= self.settings.max_queue:
                 raise QueueFull(f"the queue is full ({self.settings.max_queue} jobs); try again shortly", 1)
-            self.entries[job.id] = _Entry(job)
+            size = job.kept_bytes(file) if job.background else 0
+            if job.background:
+                kept = [e.size for e in self.entries.values() if e.job.background and e.job.owner == job.owner]
+                check_kept(len(kept), sum(kept), size, self.settings.max_kept_jobs, self.settings.max_kept_bytes)
+            self.entries[job.id] = _Entry(job, file=file, size=size)
             self.active += 1
             self.queued.append(job)
             self.ready.notify()
@@ -100,7 +106,16 @@ class MemoryQueue:
             a = e.answer
             outputs = a.outputs[offset : offset + limit] if a is not None and not a.error else None
             error = a.error if a else None
-            return JobInfo(job_id, e.status, e.done, len(e.job.texts), e.job.model, error, outputs, offset)
+            total = len(e.job.texts)
+            return JobInfo(job_id, e.status, e.done, total, e.job.model, error, outputs, offset, e.job.file)
+
+    async def take_file(self, job_id: str, owner: str | None) -> bytes | None:
+        with self.lock:
+            e = self.entries.get(job_id)
+            if e is None or not e.job.background or e.job.owner != owner:
+                return None
+            file, e.file = e.file, None
+            return file
 
     async def cancel(self, job_id: str, owner: str | None) -> JobInfo | None:
         before = await self.info(job_id, owner)

@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 
 from service.errors import QueueFull, RequestTimeout, Unavailable
 from service.queue import scripts
-from service.queue.contract import Answer, Job, JobInfo, JobStatus, outputs_of
+from service.queue.contract import Answer, Job, JobInfo, JobStatus, check_kept, outputs_of
 from service.queue.keys import DOWN, LIVE, Keys, text, ttl
 from service.settings import ServiceSettings
 
@@ -114,8 +114,8 @@ class RedisApiQueue:
                 async with asyncio.timeout(1.0):
                     await self.subscribed.wait()
 
-    async def submit(self, job: Job) -> None:
-        k = self.keys
+    async def submit(self, job: Job, file: bytes | None = None) -> None:
+        k, s = self.keys, self.s
         fields: dict[str, str | int] = {
             "background": int(job.background),
             "status": JobStatus.queued.value,
@@ -123,24 +123,33 @@ class RedisApiQueue:
             "total": len(job.texts),
             "model": job.model,
             "owner": job.owner or "",
+            "file": job.file or "",
         }
         if not job.background:  # waited on from before it is added: its notification cannot come first
             await self._listening()
             self.waiting[job.id] = asyncio.Event()
         try:
             args = [
-                self.s.max_queue,
-                ttl(self.s, job.background),
+                s.max_queue,
+                ttl(s, job.background),
                 job.to_json(),
+                s.max_kept_jobs if job.background else 0,
+                s.max_kept_bytes,
+                job.kept_bytes(file),
+                k.job_prefix(),
+                file or b"",
                 *(x for kv in fields.items() for x in kv),
             ]
-            depth = int(await self._call(self.scripts["SUBMIT"](keys=[k.stream, k.job(job.id)], args=args)))
+            keys = [k.stream, k.job(job.id), k.kept(job.owner), k.file(job.id)]
+            added: Any = await self._call(self.scripts["SUBMIT"](keys=keys, args=args))
         except BaseException:
             self.waiting.pop(job.id, None)
             raise
-        if depth >= 0:
+        if isinstance(added, list):  # the owner keeps as much as it may
+            check_kept(int(added[0]), int(added[1]), job.kept_bytes(file), s.max_kept_jobs, s.max_kept_bytes)
+        if isinstance(added, list) or int(added) >= 0:
             self.waiting.pop(job.id, None)
-            raise QueueFull(f"the queue is full ({depth} jobs); try again shortly", 1)
+            raise QueueFull(f"the queue is full ({added} jobs); try again shortly", 1)
 
     def poll_s(self) -> float:
         """How long a waiter sleeps before it looks at its job unwoken: ANSWER_POLL_S, or longer when many wait, so
@@ -196,7 +205,15 @@ class RedisApiQueue:
         status = JobStatus(f.get("status") or "queued")
         outputs = outputs_of(raw) if status is JobStatus.done else None
         done, total, model = int(f.get("done") or 0), int(f.get("total") or 0), f.get("model") or ""
-        return JobInfo(job_id, status, done, total, model, f.get("error") or None, outputs, offset)
+        return JobInfo(
+            job_id, status, done, total, model, f.get("error") or None, outputs, offset, f.get("file") or None
+        )
+
+    async def take_file(self, job_id: str, owner: str | None) -> bytes | None:
+        if await self.info(job_id, owner) is None:
+            return None
+        file: Any = await self._call(self.r.getdel(self.keys.file(job_id)))
+        return file if isinstance(file, bytes) else None
 
     async def cancel(self, job_id: str, owner: str | None) -> JobInfo | None:
         before = await self.info(job_id, owner)
@@ -206,7 +223,7 @@ class RedisApiQueue:
         if before.status.value in LIVE:  # the worker drops it at its next check; a late answer is refused
             await self._call(self.scripts["CANCEL"](keys=[k.job(job_id)]))
         else:
-            await self._call(self.r.delete(k.job(job_id), k.outputs(job_id)))
+            await self._call(self.r.delete(k.job(job_id), k.outputs(job_id), k.file(job_id)))
         return before
 
     async def ping(self) -> None:

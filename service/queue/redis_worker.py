@@ -192,7 +192,7 @@ class RedisWorkerQueue:
             self.unwanted_ids.discard(job.id)
         with self._redis():
             self.scripts["FINISH"](
-                keys=[k.job(job.id), k.outputs(job.id), k.stream],
+                keys=[k.job(job.id), k.outputs(job.id), k.stream, k.file(job.id), k.kept(job.owner)],
                 args=[
                     status.value,
                     answer.error or "",

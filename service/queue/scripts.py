@@ -3,22 +3,42 @@ it depends on what is stored."""
 
 from __future__ import annotations
 
-# KEYS: stream, job. ARGV: max queue, ttl, job JSON, then the job hash's fields and values. Adds the job unless
-# the stream (jobs queued or in flight: ended ones are deleted) already holds max queue; returns that length when
-# full, -1 when added.
+# KEYS: stream, job, the owner's kept jobs, the job's file. ARGV: max queue, ttl, job JSON, max kept jobs (0: a
+# request's job, not kept), max kept bytes, the job's kept bytes, the job keys' prefix, the file ("" for none),
+# then the job hash's fields and values. Adds the job unless the stream (jobs queued or in flight: ended ones are
+# deleted) already holds max queue, or its owner keeps as many jobs or bytes as it may (the kept hash, job id ->
+# bytes, forgets the jobs whose keys are gone). Returns the stream's length when full, {jobs, bytes} kept when
+# those are, -1 when added.
 SUBMIT = """
 local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[1]) then return depth end
-redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+if tonumber(ARGV[4]) > 0 then
+  local entries = redis.call('HGETALL', KEYS[3])
+  local jobs, bytes = 0, 0
+  for i = 1, #entries, 2 do
+    if redis.call('EXISTS', ARGV[7] .. entries[i]) == 1 then
+      jobs = jobs + 1
+      bytes = bytes + tonumber(entries[i + 1])
+    else
+      redis.call('HDEL', KEYS[3], entries[i])
+    end
+  end
+  if jobs >= tonumber(ARGV[4]) or bytes + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {jobs, bytes} end
+  redis.call('HSET', KEYS[3], string.sub(KEYS[2], #ARGV[7] + 1), ARGV[6])
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
+end
+if ARGV[8] ~= '' then redis.call('SET', KEYS[4], ARGV[8], 'EX', ARGV[2]) end
+redis.call('HSET', KEYS[2], unpack(ARGV, 9))
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('XADD', KEYS[1], '*', 'job', ARGV[3])
 return -1
 """
 
-# KEYS: job, outputs, stream. ARGV: status, error, too_large ("1" or ""), done, ttl, group, entry id, channel, job
-# id, the attention maps' JSON (/attention; "" for none), then one Output JSON per text. Answers only a job still
-# queued or running (the first answer wins; a cancelled job or an abandoned request's stays as it is), keeping
-# error, too_large and attention only where they are not "", and publishes its id on the channel (none for
+# KEYS: job, outputs, stream, the job's file, its owner's kept jobs. ARGV: status, error, too_large ("1" or ""),
+# done, ttl, group, entry id, channel, job id, the attention maps' JSON (/attention; "" for none), then one Output
+# JSON per text. Answers only a job still queued or running (the first answer wins; a cancelled job or an
+# abandoned request's stays as it is; a background job's file and its owner's kept jobs live as long as it does),
+# keeping error, too_large and attention only where they are not "", and publishes its id on the channel (none for
 # background jobs: nobody waits on them), then acknowledges and deletes the stream entry either way.
 FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -34,6 +54,8 @@ if status == 'queued' or status == 'running' then
   if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'attention', ARGV[10]) end
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   if #ARGV >= 11 then redis.call('EXPIRE', KEYS[2], ARGV[5]) end
+  if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('EXPIRE', KEYS[4], ARGV[5]) end
+  if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('EXPIRE', KEYS[5], ARGV[5]) end
   if ARGV[8] ~= '' then redis.call('PUBLISH', ARGV[8], ARGV[9]) end
   answered = 1
 end

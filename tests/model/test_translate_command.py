@@ -53,3 +53,25 @@ def test_bytes_that_are_not_utf8_are_named_not_a_traceback(
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 3 and out.splitlines()[1] == ""
     assert "line 2: invalid Unicode" in err and "Traceback" not in err
+
+
+def test_a_file_is_translated_into_the_same_format_with_progress(
+    checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import docx
+
+    from tests.model.test_files import docx_bytes
+
+    paragraphs = [p.capitalize() + "." for p in make_sentences(300, seed=7, min_words=2, max_words=6)]
+    (tmp_path / "in.docx").write_bytes(docx_bytes(paragraphs))
+    args = ["translate", "--model", str(checkpoint_dir), "--file", str(tmp_path / "in.docx")]
+    assert main([*args, "--out", str(tmp_path / "out.docx"), *FAST]) == 0
+    want = Translator.load(checkpoint_dir).translate(paragraphs, beam_size=2, max_len_a=0.0, max_len_b=4)
+    assert [p.text for p in docx.Document(str(tmp_path / "out.docx")).paragraphs] == [w.text for w in want]
+    err = capsys.readouterr().err
+    assert "300/300" in err and "300 texts translated" in err  # tqdm's progress, to the last text
+    assert main(args) == 2
+    assert "--file and --out go together" in capsys.readouterr().err
+    (tmp_path / "bad.docx").write_bytes(b"not a zip")
+    assert main([*args[:-1], str(tmp_path / "bad.docx"), "--out", str(tmp_path / "o.docx")]) == 2
+    assert "bad.docx: not a readable zip" in capsys.readouterr().err

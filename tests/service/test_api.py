@@ -524,7 +524,7 @@ def test_what_cannot_be_translated_is_kept_through_the_queue(client: TestClient,
 def test_format_html_translates_a_sentence_whole_and_puts_its_tags_back(
     client: TestClient, translator: Translator
 ) -> None:
-    from tests.service.test_html import parsed
+    from tests.model.test_markup import parsed
 
     page = '<p>Kalo <b>mine</b> ruza <a href="/x" title="vo sa">vo <i>sa</i></a> ke.</p><pre>kalo <b>x</b></pre>'
     r = client.post("/translate", json={"q": page, "format": "html", "beam_size": 2, **SHORT})

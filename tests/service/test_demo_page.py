@@ -758,3 +758,29 @@ def test_a_paragraph_is_shown_sentence_by_sentence_with_each_ones_attention(sess
     wait_done(page)
     expect(page.get_by_test_id("sentences")).to_be_hidden()  # one sentence: no pairs
     assert not session.errors and not session.console_errors
+
+
+def test_a_file_is_translated_as_a_job_with_progress_and_downloaded(session: Session, tmp_path: Path) -> None:
+    """Document mode: a file chosen on the page runs as a batch job, its progress shown, and its translation is
+    offered for download; the file that comes down is the service's translation of it, its lines kept."""
+    page = session.page
+    lines = ["Kalo mine ruza.", "", "Vo sa ke lo.", "Mine vo!"]
+    (tmp_path / "notes.txt").write_text("\n".join(lines) + "\n")
+    page.get_by_test_id("model-select").select_option("tiny-en-de")
+    if not page.locator("#options").evaluate("e => e.open"):
+        page.locator("#options summary").click()
+    page.get_by_test_id("beam-size").fill("2")
+    page.get_by_test_id("max-length").fill("6")
+    page.get_by_test_id("file").set_input_files(str(tmp_path / "notes.txt"))
+    page.get_by_test_id("run-file").click()
+    link = page.get_by_test_id("file-download")
+    expect(link).to_be_visible()
+    expect(link).to_have_text("Download notes.txt")
+    expect(page.get_by_test_id("file-status")).to_have_text("notes.txt: done")
+    assert page.get_by_test_id("file-progress").evaluate("p => [p.value, p.max]") == [3, 3]
+    with page.expect_download() as download:
+        link.click()
+    got = Path(download.value.path()).read_text()
+    want = session.post("/translate", {"q": lines[0], "model": "tiny-en-de", "beam_size": 2, "max_length": 6})
+    assert got.split("\n")[0] == want["translatedText"] and got.split("\n")[1] == "" and got.count("\n") == 4
+    assert not session.errors and not session.console_errors

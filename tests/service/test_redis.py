@@ -4,6 +4,7 @@ workers, a worker killed mid-batch, a job that keeps killing workers, Redis rest
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import docx
 import httpx
 import pytest
 import redis
@@ -135,7 +137,7 @@ def test_a_request_whose_notification_is_lost_is_answered_all_the_same(
                 [Output([Hypothesis([7, 8], -1.5, -2.0, "Hallo Welt", ["Hallo", "Welt"])])]
             ).outputs_json()
             client.register_script(scripts.FINISH)(
-                keys=[k.job(job.id), k.outputs(job.id), k.stream],
+                keys=[k.job(job.id), k.outputs(job.id), k.stream, k.file(job.id), k.kept(job.owner)],
                 args=["done", "", "", 1, 60, k.group, "", "", job.id, "", output],
             )  # no channel: no notification
             return await pending
@@ -383,7 +385,7 @@ def test_sentences_kept_spans_and_inline_tags_travel_through_redis(
 ) -> None:
     """What segmentation and format html need from a worker (each output's sentence spans and word alignment,
     the job's align flag) is JSON through Redis: the answers equal the embedded Translator's."""
-    from tests.service.test_html import parsed
+    from tests.model.test_markup import parsed
 
     server = serve(redis_url=redis_server.url)
     workers.start("w1")
@@ -405,3 +407,31 @@ def test_sentences_kept_spans_and_inline_tags_travel_through_redis(
     job = httpx.post(f"{server.url}/jobs", json={"texts": [paragraph], **opts}).json()
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", timeout=60)
     assert httpx.get(f"{server.url}/jobs/{job['id']}").json()["results"][0]["text"] == want.text
+
+
+def test_a_file_through_redis_is_downloaded_once_and_bounded_per_key(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
+    """A file's job runs on a worker process; its file waits in Redis beside the job, is handed over once, and
+    counts against the key's kept jobs there (shared by every API process)."""
+    from tests.model.test_files import docx_bytes
+    from tests.service.test_files import OPTIONS
+
+    server = serve(redis_url=redis_server.url, max_kept_jobs=2)
+    workers.start("w1")
+    wait_workers(redis_server, 1)
+    paragraphs = [p.capitalize() + "." for p in make_sentences(8, seed=47, min_words=3, max_words=6)]
+    files = {"file": ("r.docx", docx_bytes(paragraphs))}
+    r = httpx.post(f"{server.url}/translate_file", files=files, data=OPTIONS, timeout=60)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert redis_server.client().exists(Keys().file(job["id"]))
+    got = httpx.get(job["translatedFileUrl"], timeout=60)  # waits for the job
+    assert got.status_code == 200, got.text
+    want = [o.text for o in translator.translate(paragraphs, beam_size=2, max_len_a=0.0, max_len_b=6)]
+    assert [p.text for p in docx.Document(io.BytesIO(got.content)).paragraphs] == want
+    assert httpx.get(job["translatedFileUrl"]).status_code == 404
+    assert not redis_server.client().exists(Keys().file(job["id"]), Keys().job(job["id"]))
+    kept = [httpx.post(f"{server.url}/translate_file", files=files, data=OPTIONS) for _ in range(3)]
+    assert [k.status_code for k in kept] == [202, 202, 429], kept[-1].text
+    assert kept[-1].json()["error"]["code"] == "too_many_kept"

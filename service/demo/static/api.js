@@ -12,19 +12,33 @@ export class ApiError extends Error {
   }
 }
 
-/** GET (no body) or POST JSON to the service; throws ApiError with the service's message. */
-export async function api(path, body) {
-  const headers = {Accept: "application/json"};
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+/** The headers every call sends: the API key, when one is given. */
+export function keyHeaders() {
   const key = $("#api-key").value.trim();
-  if (key) headers.Authorization = `Bearer ${key}`;
-  let response;
+  return key ? {Authorization: `Bearer ${key}`} : {};
+}
+
+/** fetch, its failure to reach the service as an ApiError. */
+export async function send(path, init) {
   try {
-    response = await fetch(path, {method: body === undefined ? "GET" : "POST", headers,
-      body: body === undefined ? undefined : JSON.stringify(body)});
+    return await fetch(path, init);
   } catch (e) {
     throw new ApiError("network", `could not reach the service (${e.message})`, null, 0);
   }
+}
+
+/** GET (no body) or POST JSON (or a FormData) to the service; throws ApiError with the service's message. */
+export async function api(path, body) {
+  const headers = {Accept: "application/json", ...keyHeaders()};
+  const form = body instanceof FormData;
+  if (body !== undefined && !form) headers["Content-Type"] = "application/json";
+  const response = await send(path, {method: body === undefined ? "GET" : "POST", headers,
+    body: body === undefined || form ? body : JSON.stringify(body)});
+  return answerOf(response);
+}
+
+/** A response's JSON, or the ApiError it answers. */
+export async function answerOf(response) {
   let data = null;
   try {
     data = await response.json();

@@ -4,6 +4,7 @@ import {loadModels} from "./api.js";
 import {choose, render} from "./attention.js";
 import {$} from "./dom.js";
 import {exportJson, exportPng} from "./exports.js";
+import {initFiles} from "./files.js";
 import {fillModels, showModel} from "./models.js";
 import {page} from "./page.js";
 import {run} from "./run.js";
@@ -58,6 +59,7 @@ function init() {
   });
   $("#export-json").addEventListener("click", exportJson);
   $("#export-png").addEventListener("click", exportPng);
+  initFiles();
   refreshModels();
 }
 

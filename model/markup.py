@@ -1,5 +1,8 @@
-"""format "html": the text of a document translated sentence by sentence, its inline markup put back where the
-model's own alignment says (as Bergamot does). Block elements end a run of text; inline ones (<b>, <a>, <span>,
+"""Inline markup placed by the model's own alignment (as Bergamot does), for format "html" and for files
+(model.files): a document is parts, markup kept as it is and runs of text; a run is translated whole, and each
+of its inline elements is put back around the output words aligned with the source words it held (layout).
+
+HTML (Document): Block elements end a run of text; inline ones (<b>, <a>, <span>,
 ...) are taken out of it, and each is put back around the output words aligned with the source words it held.
 <script>, <style>, <code>, <pre>, comments and elements with translate="no" are kept as they are; the alt,
 title, placeholder and aria-label attributes are translated. Tags keep their nesting, a tag whose words
@@ -15,7 +18,6 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from model import output
-from service.api.schemas import Hypothesis, Output
 
 # fmt: off
 INLINE = frozenset({
@@ -33,7 +35,8 @@ ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"})
 
 @dataclass
 class Element:
-    """An inline element of a run: the text it holds [start, end), its tags, and its depth in the run."""
+    """An inline element of a run: the text it holds [start, end), its tags (in HTML; another format's own
+    names for its element), and its depth in the run."""
 
     start: int
     end: int
@@ -133,6 +136,18 @@ class Document(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:
         self.markup(f"<![{data}]>")
+
+    def parse_marked_section(self, i: int, report: int = 1) -> int:
+        """<![keyword[ ... ]]> kept as it is, whatever the keyword: the standard library's parser fails an
+        assertion on a keyword it does not know (<![foo[)."""
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            end = self.rawdata.find("]]>", i)
+            if end < 0:
+                return -1  # incomplete: the parser waits for more, and close() hands it over as data
+            self.markup(self.rawdata[i : end + 3])
+            return end + 3
 
     # -- into parts --------------------------------------------------------------------------------
 
@@ -264,33 +279,50 @@ def place(run: Run, aligned: Alignment) -> None:
         bisect.insort(siblings, e.place)
 
 
-def render_run(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> str:
-    """The run's output with its markup: closing tags before points before opening tags at one place, inner
-    ones closing first and opening last."""
+Event = tuple[str, str]  # ("text", output text), or ("open" | "close" | "point", the markup as the run holds it)
+
+
+def layout(run: Run, output: str, alignment: list[tuple[int, int, int, int]]) -> list[Event]:
+    """The run's output as text and markup in order: closing tags before points before opening tags at one
+    place, inner ones closing first and opening last."""
     aligned = Alignment(alignment, output, run.text)
     place(run, aligned)
-    events: list[tuple[int, tuple[int, int], str]] = []
+    marks: list[tuple[int, tuple[int, int], list[Event]]] = []
     for e in run.elements:
         a, b = e.place
         if a == b:
-            events.append((a, (2, e.depth), e.open + e.close))
+            marks.append((a, (2, e.depth), [("open", e.open), ("close", e.close)]))
         else:
-            events += [(a, (2, e.depth), e.open), (b, (0, -e.depth), e.close)]
+            marks += [(a, (2, e.depth), [("open", e.open)]), (b, (0, -e.depth), [("close", e.close)])]
     for at, raw in run.points:  # spaced as in the source, where the output's words would touch it
         where = aligned.point(at)
-        before = " " if run.text[at - 1 : at].isspace() and where > 0 and not output[where - 1].isspace() else ""
-        after = " " if run.text[at : at + 1].isspace() and output[where : where + 1].isalnum() else ""
-        events.append((where, (1, 0), before + raw + after))
-    out, at = [], 0
-    for where, _, raw in sorted(events, key=lambda x: (x[0], x[1])):
-        out += [html.escape(output[at:where], quote=False), raw]
+        before = run.text[at - 1 : at].isspace() and where > 0 and not output[where - 1].isspace()
+        after = run.text[at : at + 1].isspace() and output[where : where + 1].isalnum()
+        marks.append((where, (1, 0), [("text", " ")] * before + [("point", raw)] + [("text", " ")] * after))
+    out: list[Event] = []
+    at = 0
+    for where, _, events in sorted(marks, key=lambda x: (x[0], x[1])):
+        out += [("text", output[at:where]), *events]
         at = where
-    out.append(html.escape(output[at:], quote=False))
-    return "".join(out)
+    out.append(("text", output[at:]))
+    return [e for e in out if e != ("text", "")]
 
 
-def render(document: Document, translations: list[output.Hypothesis]) -> str:
-    """The document with each run and attribute value replaced by its translation (Document.texts' order)."""
+def escape(text: str) -> str:
+    """Text as HTML text: &, < and > escaped."""
+    return html.escape(text, quote=False)
+
+
+def render_run(
+    run: Run, output: str, alignment: list[tuple[int, int, int, int]], escaped: Callable[[str], str] = escape
+) -> str:
+    """The run's output with its markup as it was, its text escaped (as HTML by default)."""
+    return "".join(escaped(v) if k == "text" else v for k, v in layout(run, output, alignment))
+
+
+def render(document: Document, translations: list[output.Hypothesis], escaped: Callable[[str], str] = escape) -> str:
+    """The document with each run and attribute value replaced by its translation (Document.texts' order), its
+    text escaped (as HTML by default)."""
     it = iter(translations)
     out = []
     for part in document.parts:
@@ -298,30 +330,11 @@ def render(document: Document, translations: list[output.Hypothesis]) -> str:
             out.append(part)
         elif part.text.strip():
             h = next(it)
-            out.append(render_run(part, h.text, list(h.alignment)))
+            out.append(render_run(part, h.text, list(h.alignment), escaped))
         else:
-            out.append(render_run(part, part.text, []))
+            out.append(render_run(part, part.text, [], escaped))
     values = [html.escape(next(it).text, quote=True) for _ in document.attributes]
     text = "".join(out)
     for i, value in enumerate(values):
         text = text.replace(f"\x00attribute {i}\x00", value, 1)
     return text
-
-
-def html_outputs(documents: list[Document], outputs: list[output.Output]) -> list[Output]:
-    """One output per document from the outputs of its texts: its k-th hypothesis renders each text's k-th
-    (the best, where a text has fewer)."""
-    out, it = [], iter(outputs)
-    for document in documents:
-        joined = []
-        for chosen in output.by_rank([next(it).hypotheses for _ in document.texts]):
-            joined.append(
-                Hypothesis(
-                    text=render(document, chosen),
-                    score=sum(h.score for h in chosen),
-                    tokens=[t for h in chosen for t in h.tokens],
-                )
-            )
-        best, *rest = joined
-        out.append(Output(text=best.text, score=best.score, tokens=best.tokens, alternatives=rest))
-    return out
