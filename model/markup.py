@@ -137,7 +137,7 @@ class Document(HTMLParser):
     def unknown_decl(self, data: str) -> None:
         self.markup(f"<![{data}]>")
 
-    def parse_marked_section(self, i: int, report: int = 1) -> int:
+    def parse_marked_section(self, i: int, report: bool = True) -> int:
         """<![keyword[ ... ]]> kept as it is, whatever the keyword: the standard library's parser fails an
         assertion on a keyword it does not know (<![foo[)."""
         try:
