@@ -23,7 +23,12 @@ share the machine's cores with the server. Reported: sentences/s, p50 and p99 la
 step, the ratios serve / batch-1 and serve / offline at each N, and p50 against Little's law at offline
 speed (N / offline sentences/s).
 
+With `--peer DIR` (a MarianMTModel directory: marian.py's, the same weights as --model), the real workload is
+served by ours and by the peer a user would deploy instead, FastAPI + CTranslate2 (peer.py, peer_server.py).
+
     python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --clients 1,32,64
+    python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --refs bench/marian/test.de \
+        --peer bench/marian --clients 1,8,32,64
     python benchmarks/serve.py --shape base --clients 1,8,32 --json serve.json
 """
 
@@ -112,8 +117,17 @@ def build_model(directory: Path, shape: str, vocab_size: int, seed: int, **overr
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    """What every mode decodes with: beam --beam-size, the defaults otherwise (real), or exactly --out-tokens
+    """What every mode decodes with: beam --beam-size, the defaults otherwise (real; with --peer, the peer's
+    search: |Y|^alpha, at most --max-output tokens, ending at beam_size hypotheses), or exactly --out-tokens
     tokens (forced), as POST /translate fields."""
+    if args.peer is not None:
+        return {
+            "beam_size": args.beam_size,
+            "length_penalty": args.alpha,
+            "length_penalty_form": "average",
+            "max_length": args.max_output,
+            "early_stopping": True,
+        }
     if args.text is not None:
         return {"beam_size": args.beam_size}
     return {"beam_size": args.beam_size, "min_length": args.out_tokens, "max_length": args.out_tokens}
@@ -213,20 +227,27 @@ class Connection:
             self.writer.close()
 
 
-async def drive(url: str, texts: list[str], clients: int, args: argparse.Namespace) -> tuple[float, list[float]]:
-    """N clients, each posting its share of texts one after another; returns wall time and latencies."""
+async def drive(
+    url: str, texts: list[str], clients: int, args: argparse.Namespace, answers: list[bytes] | None = None
+) -> tuple[float, list[float]]:
+    """N clients, each posting its share of texts one after another; returns wall time and latencies (and, with
+    answers, fills it with each text's answer body, in order)."""
     body = options(args)
     latencies: list[float] = []
-    queue = list(reversed(texts))
+    queue = list(reversed(range(len(texts))))
+    if answers is not None:
+        answers[:] = [b""] * len(texts)
 
     async def client(conn: Connection) -> None:
         while queue:
-            text = queue.pop()
+            i = queue.pop()
             start = time.perf_counter()
-            status, payload = await conn.post("/translate", {"q": text, **body})
+            status, payload = await conn.post("/translate", {"q": texts[i], **body})
             if status != 200:
                 raise RuntimeError(f"POST /translate answered {status}: {payload[:200]!r}")
             latencies.append(time.perf_counter() - start)
+            if answers is not None:
+                answers[i] = payload
 
     connections = [Connection(url) for _ in range(clients)]
     try:
@@ -351,10 +372,28 @@ def main() -> None:
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--out-tokens", type=int, default=24, help="forced workload: tokens per output")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--peer",
+        type=Path,
+        default=None,
+        help="real workload: also serve this MarianMTModel directory (the same weights: marian.py's) with the "
+        "peer, FastAPI + CTranslate2 (peer_server.py), both up at once, in alternating rounds (peer.py)",
+    )
+    p.add_argument("--refs", type=Path, default=None, help="with --peer: references of --text, for BLEU")
+    p.add_argument("--rounds", type=int, default=2, help="with --peer: alternating rounds")
+    p.add_argument("--alpha", type=float, default=0.6, help="with --peer: length penalty |Y|^alpha")
+    p.add_argument("--max-output", type=int, default=200, help="with --peer: most output tokens")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     if (args.model is None) != (args.text is None):
         p.error("--model and --text go together")
+    if args.peer is not None:
+        if args.text is None:
+            p.error("--peer needs the real workload (--model and --text)")
+        from peer import compare
+
+        compare(args)
+        return
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint, texts = workload(args, Path(tmp))

@@ -1,0 +1,218 @@
+"""`transformer serve` against the serving peer a user would deploy instead: FastAPI + CTranslate2, each request
+translated on its own (peer_server.py), on the same converted weights (marian.py's MarianMTModel, imported for
+ours and converted for CTranslate2) with the same search (beam, |Y|^alpha, at most --max-output tokens, each
+sentence ending at beam_size finished hypotheses). Both servers are up at once; each round drives every client
+count against one and then the other, the order swapped every round (these machines drift). Reported per
+level: sentences/s, p50 and p99 latency, the server's CPU time per request (/proc, every thread), BLEU when
+--refs is given, and the share of outputs the two engines agree on; and the offline engines' ratio.
+
+    python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --refs bench/marian/test.de \
+        --peer bench/marian --clients 1,8,32,64 --json peer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from serve import ServerProcess, drive, options, workload
+
+from model.config import DecodingConfig
+from model.translator import Translator
+
+HERE = Path(__file__).resolve().parent
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class PeerProcess:
+    """peer_server.py in its own process on a free port."""
+
+    def __init__(self, ct2: Path, spm_dir: Path, args: argparse.Namespace) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, str(HERE / "peer_server.py"), "--ct2", str(ct2), "--spm", str(spm_dir)]
+        cmd += ["--port", str(self.port), "--beam-size", str(args.beam_size), "--alpha", str(args.alpha)]
+        cmd += ["--max-output", str(args.max_output), "--inter-threads", str(args.threads), "--intra-threads", "1"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> PeerProcess:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz").status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the peer did not become ready")
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def offline_ratio(checkpoint: Path, ct2: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """Both engines offline on every text, batches of --batch-size: sentences/s each."""
+    import ctranslate2
+    import sentencepiece as spm
+
+    tr = Translator.load(checkpoint, device="cpu", threads=args.threads)
+    cfg = DecodingConfig(beam_size=args.beam_size, length_penalty=args.alpha, length_penalty_form="average")
+    cfg = cfg.with_max_length(args.max_output)
+    peer = ctranslate2.Translator(str(ct2), device="cpu", inter_threads=1, intra_threads=args.threads)
+    source = spm.SentencePieceProcessor(model_file=str(args.peer / "source.spm"))
+    pieces = [source.encode(t, out_type=str) + ["</s>"] for t in texts]
+    out = {}
+    for name in ("ours", "peer"):
+        start = time.perf_counter()
+        if name == "ours":
+            tr.translate(texts, cfg, max_batch_size=args.batch_size, max_batch_tokens=10**9)
+        else:
+            peer.translate_batch(
+                pieces,
+                beam_size=args.beam_size,
+                length_penalty=args.alpha,
+                max_decoding_length=args.max_output,
+                max_batch_size=args.batch_size,
+            )
+        out[name] = len(texts) / (time.perf_counter() - start)
+    return out
+
+
+def level(
+    name: str,
+    server: ServerProcess | PeerProcess,
+    texts: list[str],
+    n: int,
+    args: argparse.Namespace,
+    refs: list[str] | None,
+) -> dict[str, Any]:
+    import sacrebleu
+
+    asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up
+    cpu = cpu_seconds(server.proc.pid)
+    answers: list[bytes] = []
+    seconds, lat = asyncio.run(drive(server.url, texts, n, args, answers))
+    cpu = cpu_seconds(server.proc.pid) - cpu
+    outputs = [str(json.loads(a)["translatedText"]) for a in answers]
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    row = {
+        "engine": name,
+        "clients": n,
+        "sentences_per_s": len(texts) / seconds,
+        "p50_ms": 1000 * statistics.median(lat),
+        "p99_ms": 1000 * q[98],
+        "cpu_ms_per_request": 1000 * cpu / len(texts),
+        "bleu": sacrebleu.corpus_bleu(outputs, [refs]).score if refs else None,
+    }
+    bleu = f"  BLEU {row['bleu']:.2f}" if refs else ""
+    print(
+        f"  {name:5s} N={n:3d}: {row['sentences_per_s']:7.1f} sentences/s  p50 {row['p50_ms']:6.0f} ms  "
+        f"p99 {row['p99_ms']:6.0f} ms  CPU {row['cpu_ms_per_request']:5.1f} ms/request{bleu}",
+        flush=True,
+    )
+    row["outputs"] = outputs
+    return row
+
+
+def compare(args: argparse.Namespace) -> None:
+    import ctranslate2
+
+    refs = None
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint, texts = workload(args, Path(tmp))
+        if args.refs is not None:
+            refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines() if line.strip()]
+            refs = refs[: len(texts)]
+        ct2 = Path(tmp) / "ct2"
+        ctranslate2.converters.TransformersConverter(str(args.peer)).convert(str(ct2), force=True)
+        print(f"real: {len(texts)} texts of {args.text}; {options(args)}; {args.threads} threads", flush=True)
+        offline = offline_ratio(checkpoint, ct2, texts, args)
+        print(f"  offline: ours {offline['ours']:.1f}, CTranslate2 {offline['peer']:.1f} sentences/s", flush=True)
+        settings = {
+            "threads": str(args.threads),
+            "device": "cpu",
+            "max_batch_size": str(args.batch_size),
+            "max_queue": "100000",
+            "request_timeout_s": "600",
+            "rate_limit": "0",
+        }
+        rows = []
+        with ServerProcess(checkpoint.parent, settings) as ours, PeerProcess(ct2, args.peer, args) as peer:
+            engines: list[tuple[str, ServerProcess | PeerProcess]] = [("ours", ours), ("peer", peer)]
+            for r in range(args.rounds):
+                for n in args.clients:
+                    for name, server in engines if r % 2 == 0 else engines[::-1]:
+                        rows.append({"round": r, **level(name, server, texts, n, args, refs)})
+        offline_after = offline_ratio(checkpoint, ct2, texts, args)
+    summarize(args, rows, offline, offline_after)
+
+
+def summarize(
+    args: argparse.Namespace, rows: list[dict[str, Any]], offline: dict[str, float], after: dict[str, float]
+) -> None:
+    def mean(engine: str, n: int, key: str) -> float:
+        return statistics.mean(r[key] for r in rows if r["engine"] == engine and r["clients"] == n)
+
+    ratio = statistics.mean([offline["ours"] / offline["peer"], after["ours"] / after["peer"]])
+    print(
+        f"\noffline ours / CTranslate2: {offline['ours'] / offline['peer']:.2f}x before, "
+        f"{after['ours'] / after['peer']:.2f}x after"
+    )
+    print(
+        "clients  ours s/s  peer s/s  ratio (each round)      ours p50/p99 ms  peer p50/p99 ms  "
+        "CPU ms/req ours/peer  agree"
+    )
+    table = []
+    for n in args.clients:
+        each = [
+            next(r for r in rows if r["engine"] == "ours" and r["clients"] == n and r["round"] == k)["sentences_per_s"]
+            / next(r for r in rows if r["engine"] == "peer" and r["clients"] == n and r["round"] == k)[
+                "sentences_per_s"
+            ]
+            for k in range(args.rounds)
+        ]
+        last = [r["outputs"] for r in rows if r["clients"] == n and r["round"] == args.rounds - 1]
+        agree = sum(a == b for a, b in zip(*last, strict=True)) / len(last[0])
+        entry = {
+            "clients": n,
+            **{
+                f"{e}_{k}": mean(e, n, k)
+                for e in ("ours", "peer")
+                for k in ("sentences_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request")
+            },
+            "ratio_each_round": each,
+            "outputs_agree": agree,
+            "offline_ratio": ratio,
+        }
+        table.append(entry)
+        print(
+            f"{n:7d}  {entry['ours_sentences_per_s']:8.1f}  {entry['peer_sentences_per_s']:8.1f}  "
+            f"{statistics.mean(each):.2f}x ({', '.join(f'{x:.2f}' for x in each)})  "
+            f"{entry['ours_p50_ms']:7.0f}/{entry['ours_p99_ms']:<7.0f}  {entry['peer_p50_ms']:7.0f}/"
+            f"{entry['peer_p99_ms']:<7.0f}  {entry['ours_cpu_ms_per_request']:9.1f}/"
+            f"{entry['peer_cpu_ms_per_request']:<9.1f}  {agree:.1%}"
+        )
+    if args.json:
+        for r in rows:
+            r.pop("outputs", None)
+        args.json.write_text(json.dumps({"offline": [offline, after], "rows": rows, "table": table}, indent=1))
