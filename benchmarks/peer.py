@@ -17,15 +17,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-from serve import ServerProcess, drive, options, workload
+from serve import Process, ServerProcess, drive, options, workload
 
 from model.config import DecodingConfig
 from model.translator import Translator
@@ -39,35 +37,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class PeerProcess:
+class PeerProcess(Process):
     """peer_server.py in its own process on a free port."""
 
     def __init__(self, ct2: Path, spm_dir: Path, args: argparse.Namespace) -> None:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, str(HERE / "peer_server.py"), "--ct2", str(ct2), "--spm", str(spm_dir)]
-        cmd += ["--port", str(self.port), "--beam-size", str(args.beam_size), "--alpha", str(args.alpha)]
-        cmd += ["--max-output", str(args.max_output), "--inter-threads", str(args.threads), "--intra-threads", "1"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def __enter__(self) -> PeerProcess:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz").status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("the peer did not become ready")
-
-    def __exit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        cmd += ["--beam-size", str(args.beam_size), "--alpha", str(args.alpha), "--max-output", str(args.max_output)]
+        cmd += ["--inter-threads", str(args.threads), "--intra-threads", "1"]
+        super().__init__(lambda port: [*cmd, "--port", str(port)])
 
 
 def offline_ratio(checkpoint: Path, ct2: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
@@ -158,7 +135,7 @@ def compare(args: argparse.Namespace) -> None:
         }
         rows = []
         with ServerProcess(checkpoint.parent, settings) as ours, PeerProcess(ct2, args.peer, args) as peer:
-            engines: list[tuple[str, ServerProcess | PeerProcess]] = [("ours", ours), ("peer", peer)]
+            engines: list[tuple[str, Process]] = [("ours", ours), ("peer", peer)]
             for r in range(args.rounds):
                 for n in args.clients:
                     for name, server in engines if r % 2 == 0 else engines[::-1]:

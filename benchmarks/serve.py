@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import sentencepiece as spm
@@ -149,35 +149,21 @@ def offline(tr: Translator, texts: list[str], args: argparse.Namespace, before: 
     return level
 
 
-class ServerProcess:
-    """`transformer serve` (embedded queue) in its own process on a free port, with TRANSFORMER_* settings;
-    root: another checkout's code (e.g. the last release, for before/after)."""
+class Process:
+    """A server in its own process on a free port (cmd(port) starts it), ready once its /readyz answers 200."""
 
-    def __init__(self, models: Path, settings: dict[str, str], root: Path | None = None) -> None:
+    def __init__(self, cmd: Callable[[int], list[str]], env: dict[str, str] | None = None, cwd: Path | None = None):
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = {
-            **os.environ,
-            "TRANSFORMER_MODELS_DIR": str(models),
-            "TRANSFORMER_PORT": str(self.port),
-            **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()},
-        }
-        env.pop("REDIS_URL", None)
-        if root is not None:
-            env["PYTHONPATH"] = str(root)
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve"],
-            env=env,
-            cwd=root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            cmd(self.port), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -186,11 +172,28 @@ class ServerProcess:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("the server did not become ready")
+        raise RuntimeError(f"{self.proc.args} did not become ready")
 
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+class ServerProcess(Process):
+    """`transformer serve` (embedded queue) in its own process on a free port, with TRANSFORMER_* settings;
+    root: another checkout's code (e.g. the last release, for before/after)."""
+
+    def __init__(self, models: Path, settings: dict[str, str], root: Path | None = None) -> None:
+        env = {
+            **os.environ,
+            "TRANSFORMER_MODELS_DIR": str(models),
+            **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()},
+        }
+        env.pop("REDIS_URL", None)
+        if root is not None:
+            env["PYTHONPATH"] = str(root)
+        cmd = [sys.executable, "-m", "service.cli", "serve"]
+        super().__init__(lambda port: [*cmd, "--port", str(port)], env, root)
 
     def rss_mib(self) -> float:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()

@@ -57,15 +57,26 @@ class Run:
     points: list[tuple[int, str]] = field(default_factory=list)
     open: list[int] = field(default_factory=list)  # elements not closed yet
 
-    def start(self, raw: str, name: str) -> None:
+    def start(self, open_: str, close: str) -> Element:
+        """Open an element here, inside the innermost open one."""
         parent = self.open[-1] if self.open else None
-        self.elements.append(Element(len(self.text), -1, raw, f"</{name}>", len(self.open), parent))
+        self.elements.append(Element(len(self.text), -1, open_, close, len(self.open), parent))
         self.open.append(len(self.elements) - 1)
+        return self.elements[-1]
 
-    def end(self, name: str) -> None:
-        """Close the innermost open element of this name and those inside it; a stray end tag is dropped."""
+    def close(self) -> Element | None:
+        """Close the innermost open element (None when none is open)."""
+        if not self.open:
+            return None
+        element = self.elements[self.open.pop()]
+        element.end = len(self.text)
+        return element
+
+    def end(self, close: str) -> None:
+        """Close the innermost open element that closes with this tag and those inside it; a stray end tag is
+        dropped."""
         for i in reversed(range(len(self.open))):
-            if self.elements[self.open[i]].close == f"</{name}>":
+            if self.elements[self.open[i]].close == close:
                 for j in self.open[i:]:
                     self.elements[j].end = len(self.text)
                 del self.open[i:]
@@ -115,7 +126,7 @@ class Document(HTMLParser):
                     self.point("".join(self.kept_raw))
                     self.kept_raw = []
         elif tag in INLINE:
-            self.run.end(tag)
+            self.run.end(f"</{tag}>")
         else:
             self.block(raw)
 
@@ -162,7 +173,7 @@ class Document(HTMLParser):
         elif name in INLINE and (empty or name in VOID):
             self.point(raw)
         elif name in INLINE:
-            self.run.start(raw, name)
+            self.run.start(raw, f"</{name}>")
         else:
             self.block(raw)
 

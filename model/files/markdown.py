@@ -16,7 +16,7 @@ from markdown_it.token import Token
 
 from model.files import FileLimits, decoded
 from model.files.plain import newline_of
-from model.markup import Element, Run, layout
+from model.markup import Run, layout
 from model.output import Hypothesis
 
 SPECIAL = re.compile(r"([\\`*_\[\]<])")  # what would turn translated text into markup
@@ -88,16 +88,6 @@ class Markdown:
 def inline_run(tokens: list[Token]) -> Run:
     """A run from markdown-it's inline tokens: emphasis and links are elements, the rest of the markup points."""
     run = Run()
-
-    def start(open_: str, close: str) -> None:
-        parent = run.open[-1] if run.open else None
-        run.elements.append(Element(len(run.text), -1, open_, close, len(run.open), parent))
-        run.open.append(len(run.elements) - 1)
-
-    def end() -> None:
-        if run.open:
-            run.elements[run.open.pop()].end = len(run.text)
-
     autolink = False
     for t in tokens:
         kind = t.type.removesuffix("_open").removesuffix("_close")
@@ -117,11 +107,11 @@ def inline_run(tokens: list[Token]) -> Run:
             autolink = False
         elif t.type == "link_open":
             href, title = str(t.attrs.get("href", "")), t.attrs.get("title")
-            start("[", f"]({href}" + (f' "{title}"' if title else "") + ")")
+            run.start("[", f"]({href}" + (f' "{title}"' if title else "") + ")")
         elif kind in EMPHASIS and t.type.endswith("_open"):
-            start(EMPHASIS[kind], EMPHASIS[kind])
+            run.start(EMPHASIS[kind], EMPHASIS[kind])
         elif t.type.endswith("_close"):
-            end()
+            run.close()
         elif t.type == "image":
             src, title = str(t.attrs.get("src", "")), t.attrs.get("title")
             run.points.append((len(run.text), f"![{t.content}]({src}" + (f' "{title}"' if title else "") + ")"))

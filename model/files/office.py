@@ -131,7 +131,7 @@ class Paragraph:
                 if self.d.run is None:
                     self.add_text(child.text)
                 self.walk(child)
-                self.close()
+                self.run.close()
             elif child.tag == f"{T}s":  # OpenDocument's run of spaces
                 self.add_text(" " * int(child.get(f"{T}c", "1") or "1"))
             else:
@@ -153,20 +153,15 @@ class Paragraph:
             elif child.tag != self.d.run_props:
                 self.point(r, child)
         if styled:
-            element = self.run.elements[self.run.open[-1]]
-            self.close()
-            self.last = (element, key)
+            closed = self.run.close()
+            assert closed is not None  # opened above
+            self.last = (closed, key)
 
     def open(self, element: etree._Element) -> None:
         self.last = None
-        parent = self.run.open[-1] if self.run.open else None
         key = str(len(self.shells))
         self.shells.append(element)
-        self.run.elements.append(Element(len(self.run.text), -1, key, key, len(self.run.open), parent))
-        self.run.open.append(len(self.run.elements) - 1)
-
-    def close(self) -> None:
-        self.run.elements[self.run.open.pop()].end = len(self.run.text)
+        self.run.start(key, key)
 
     def add_text(self, text: str | None) -> None:
         if text:
