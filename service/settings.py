@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +31,12 @@ class ServiceSettings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     device: str = "auto"  # "auto": CUDA when available, else the CPU
     dtype: str = "auto"  # "auto": float32 on the CPU, bfloat16 on CUDA; "int8" on the CPU only (model.quantize)
-    threads: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1)  # torch's CPU threads in all, shared by the workers
+    # Workers a process runs (embedded: beside the API; with Redis: each `transformer worker`), each with its own
+    # beam searches and threads / workers torch threads, as CTranslate2's inter_threads. Unset: one per thread in
+    # a `transformer worker` on the CPU (independent single-thread searches beat one search on every core), one
+    # beside the API (whose thread shares the GIL with them: no gain there) and on CUDA. benchmarks/README.
+    workers: int | None = Field(default=None, ge=1)
     # continuous batching: what a worker's running beam searches hold at once
     max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
     max_batch_size: int = Field(default=32, ge=1)  # texts
@@ -122,6 +128,28 @@ class ServiceSettings(BaseSettings):
     @property
     def resolved_device(self) -> str | None:
         return None if self.device == "auto" else self.device
+
+    def worker_plan(self, beside_api: bool) -> WorkerPlan:
+        """How many workers a process runs (beside_api: the embedded queue's, in the API's process), and the
+        torch threads each has (workers)."""
+        import torch
+
+        from model.translator import default_device
+
+        cuda = (self.resolved_device or default_device()).startswith("cuda")
+        if cuda:
+            return WorkerPlan(self.workers or 1, self.threads)
+        threads = self.threads or torch.get_num_threads()
+        workers = self.workers or (1 if beside_api else threads)
+        return WorkerPlan(workers, max(1, threads // workers))
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """A process's workers (ServiceSettings.workers) and each one's torch threads (None: torch's default)."""
+
+    workers: int
+    threads: int | None
 
 
 class SettingsError(Exception):

@@ -54,18 +54,21 @@ class Service:
 
     def _load(self) -> None:
         """Read the registry (waiting for a first model when there is none); in embedded mode also load the
-        weights and start the worker thread."""
+        weights and start the worker threads (ServiceSettings.worker_plan)."""
         s = self.settings
         try:
             registry = wait_for_models(s, self.stop, self._waiting)
             if registry is None:
                 return  # stopped while waiting
             if self.memory is not None:
-                translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
-                worker = Worker(self.memory, translators, s)
-                t = threading.Thread(target=worker.run, args=(self.stop,), name="worker", daemon=True)
-                t.start()
-                self.threads.append(t)
+                plan = s.worker_plan(beside_api=True)
+                translators = registry.load_translators(s.resolved_device, s.dtype, plan.threads)
+                self.memory.readers = plan.workers
+                for i in range(plan.workers):  # the weights are shared; each worker has its own searches
+                    worker = Worker(self.memory, translators, s)
+                    t = threading.Thread(target=worker.run, args=(self.stop,), name=f"worker-{i}", daemon=True)
+                    t.start()
+                    self.threads.append(t)
             self.detector = Detector.of(registry)
             self.registry, self.load_error = registry, None
             freeze_loaded()

@@ -76,14 +76,29 @@ def run_worker(args: argparse.Namespace) -> int:
     registry = wait_for_models(s, stop)  # an empty volume is waited on, not a restart loop
     if registry is None:
         return 0
-    translators = registry.load_translators(s.resolved_device, s.dtype, s.threads)
+    plan = s.worker_plan(beside_api=False)
+    translators = registry.load_translators(s.resolved_device, s.dtype, plan.threads)
     freeze_loaded()
     beat = min(5.0, s.claim_idle_ms / 3000)  # three heartbeats within the time after which tasks are reclaimed
-    queue = RedisWorkerQueue(s, beat_every_s=beat)
-    queue.start()
-    log.info("worker %s serving %s", s.worker_name, ", ".join(registry.ids))  # never the URL: it may hold a password
-    Worker(queue, translators, s, maintain_every_s=beat).run(stop)
-    with contextlib.suppress(Exception):  # Redis may be gone at shutdown; nothing to clean then
-        queue.close()
-    log.info("worker %s stopped", s.worker_name)
+    # Each worker is a consumer of its own (NAME, or NAME-i for several), with its own searches; the weights are shared.
+    names = [s.worker_name] if plan.workers == 1 else [f"{s.worker_name}-{i}" for i in range(plan.workers)]
+    queues = [RedisWorkerQueue(s.model_copy(update={"worker_name": name}), beat_every_s=beat) for name in names]
+    for queue in queues:
+        queue.start()
+    log.info("worker %s serving %s", ", ".join(names), ", ".join(registry.ids))  # never the URL: it may hold a password
+    threads = [
+        threading.Thread(target=Worker(q, translators, s, maintain_every_s=beat).run, args=(stop,), name=name)
+        for q, name in zip(queues, names, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        stop.wait(0.5)  # the main thread takes the signals
+        if stop.is_set():
+            for t in threads:
+                t.join()
+    for queue in queues:
+        with contextlib.suppress(Exception):  # Redis may be gone at shutdown; nothing to clean then
+            queue.close()
+    log.info("worker %s stopped", ", ".join(names))
     return 0

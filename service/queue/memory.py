@@ -58,7 +58,8 @@ class MemoryQueue:
         self.active = 0  # jobs queued or running
         self.ended: deque[tuple[float, str]] = deque()  # (expiry, id) of ended background jobs, oldest first
         self.counters: dict[str, float] = {}
-        self.in_flight = (0, 0)  # jobs, texts: what the worker holds
+        self.in_flight: dict[int, tuple[int, int]] = {}  # jobs, texts: what each worker (thread) holds
+        self.readers = 1  # the workers reading: a read takes its share of what is queued
         self.buckets: dict[str, Bucket] = {}
 
     # -- the API's side (ApiQueue) ---------------------------------------------------------------
@@ -135,7 +136,8 @@ class MemoryQueue:
     async def stats(self) -> dict[str, float]:
         with self.lock:
             queued = sum(1 for j in self.queued if (e := self.entries.get(j.id)) and e.status is JobStatus.queued)
-            jobs, texts = self.in_flight
+            jobs = sum(j for j, _ in self.in_flight.values())
+            texts = sum(t for _, t in self.in_flight.values())
             return {
                 **self.counters,
                 "queued": float(queued),
@@ -174,9 +176,12 @@ class MemoryQueue:
     # -- the worker's side (WorkerQueue) ---------------------------------------------------------
 
     def read(self, count: int, block_s: float) -> list[Job]:
+        """At most count jobs, and no more than this worker's share of those queued (a burst is split among the
+        workers, each reading when its search can take them)."""
         with self.ready:
             if not self.queued and block_s > 0:
                 self.ready.wait(block_s)
+            count = min(count, max(1, -(-len(self.queued) // self.readers)))
             out: list[Job] = []
             while self.queued and len(out) < count:
                 job = self.queued.popleft()
@@ -219,7 +224,7 @@ class MemoryQueue:
         return None  # an unwanted job has ended already
 
     def busy(self, jobs: int, texts: int) -> None:
-        self.in_flight = (jobs, texts)
+        self.in_flight[threading.get_ident()] = (jobs, texts)
 
     def record_step(self, sentences: int, finished: int, seconds: float) -> None:
         self._count(step_counts(sentences, finished, seconds))

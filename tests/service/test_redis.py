@@ -70,6 +70,22 @@ def test_concurrent_requests_through_two_workers(
         assert client.keys(pattern) == []
 
 
+def test_one_worker_process_runs_several_workers_each_a_consumer_of_its_own(
+    serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
+) -> None:
+    server = serve(redis_url=redis_server.url)
+    workers.start("w", TRANSFORMER_WORKERS="2", TRANSFORMER_THREADS="2")
+    wait_workers(redis_server, 2)
+    consumers = redis_server.client().xinfo_consumers(Keys().stream, Keys().group)
+    assert sorted(c["name"] for c in consumers) == [b"w-0", b"w-1"]
+    texts = make_sentences(60, seed=22, max_words=10)
+    responses = asyncio.run(post_all(server.url, texts, max_length=8))
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
+    alone = [translator.translate([t], max_len_a=0.0, max_len_b=8)[0].text for t in texts]
+    assert [r.json()["translatedText"] for r in responses] == alone
+    assert "transformer_texts_decoded_total 60" in httpx.get(f"{server.url}/metrics").text
+
+
 def test_requests_waiting_beyond_the_connection_pool_are_all_answered(
     serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
 ) -> None:

@@ -16,22 +16,32 @@ from model.translator import Translator
 from service.queue.contract import Answer, Job
 from service.queue.memory import MemoryQueue
 from service.queue.worker import ADMIT_WAIT_STEPS, Worker
-from service.settings import ServiceSettings
+from service.settings import ServiceSettings, WorkerPlan
 
 SHORT = DecodingConfig(max_len_a=0.0, max_len_b=5)
 
 
-def serve_jobs(translator: Translator, jobs: list[Job]) -> list[Answer]:
-    """Submit jobs to a MemoryQueue served by a Worker thread; return their answers in order."""
+def serve_jobs(translator: Translator, jobs: list[Job], workers: int = 1, together: bool = False) -> list[Answer]:
+    """Submit jobs to a MemoryQueue served by Worker threads; return their answers in order. One after another
+    (each its own batch), or together: all submitted, then all waited for."""
     settings = ServiceSettings()
     queue = MemoryQueue(settings)
+    queue.readers = workers
     stop = threading.Event()
-    thread = threading.Thread(target=Worker(queue, {"m": translator}, settings).run, args=(stop,), daemon=True)
-    thread.start()
+    threads = [
+        threading.Thread(target=Worker(queue, {"m": translator}, settings).run, args=(stop,), daemon=True)
+        for _ in range(workers)
+    ]
+    for t in threads:
+        t.start()
 
     async def go() -> list[Answer]:
+        if together:
+            for job in jobs:
+                await queue.submit(job)
+            return list(await asyncio.gather(*(queue.wait(job.id, 60) for job in jobs)))
         out = []
-        for job in jobs:  # one after another, so each is its own batch
+        for job in jobs:
             await queue.submit(job)
             out.append(await queue.wait(job.id, 60))
         return out
@@ -40,7 +50,8 @@ def serve_jobs(translator: Translator, jobs: list[Job]) -> list[Answer]:
         return asyncio.run(go())
     finally:
         stop.set()
-        thread.join(timeout=10)
+        for t in threads:
+            t.join(timeout=10)
 
 
 def test_a_bug_in_a_step_fails_its_jobs_and_the_worker_goes_on(
@@ -137,3 +148,51 @@ def test_under_load_texts_join_several_at_a_time_not_one_per_freed_row(models_di
     worker.fill()
     assert len(loop) == 16 and len(worker.pool.waiting) == 11  # two rows free: both taken at once
     assert queue.counters["admissions_total"] == 3 and queue.counters["admitted_texts_total"] == 19
+
+
+def test_workers_sharing_a_queue_split_a_burst_and_answer_as_each_text_alone(models_dir: Path) -> None:
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    texts = [f"kalo mine {i} tavu" for i in range(24)]
+    jobs = [Job("m", [t], SHORT) for t in texts]
+    stepped: set[int] = set()
+    record_step = MemoryQueue.record_step
+
+    def recorded(queue: MemoryQueue, sentences: int, finished: int, seconds: float) -> None:
+        stepped.add(threading.get_ident())  # which worker thread decoded
+        record_step(queue, sentences, finished, seconds)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MemoryQueue, "record_step", recorded)
+        answers = serve_jobs(translator, jobs, workers=2, together=True)
+    alone = translator.translate(texts, SHORT, max_batch_size=1)
+    assert [a.outputs[0].text for a in answers] == [o.text for o in alone]
+    assert len(stepped) == 2  # both workers took part of the burst
+
+
+def test_a_read_takes_its_share_of_what_is_queued() -> None:
+    queue = MemoryQueue(ServiceSettings())
+    queue.readers = 2
+
+    async def submit(n: int) -> None:
+        for i in range(n):
+            await queue.submit(Job("m", [f"text {i}"], SHORT))
+
+    asyncio.run(submit(10))
+    assert [len(queue.read(32, 0.0)) for _ in range(5)] == [5, 3, 1, 1, 0]  # ceil(queued / readers), at least 1
+    asyncio.run(submit(10))
+    assert len(queue.read(2, 0.0)) == 2  # and never more than the worker has room for
+
+
+@pytest.mark.parametrize(
+    ("settings", "beside_api", "plan"),
+    [
+        ({"device": "cpu", "threads": 2}, False, WorkerPlan(2, 1)),  # a worker process: one per thread, one each
+        ({"device": "cpu", "threads": 2}, True, WorkerPlan(1, 2)),  # beside the API: one search on every core
+        ({"device": "cpu", "threads": 4, "workers": 2}, True, WorkerPlan(2, 2)),
+        ({"device": "cpu", "threads": 2, "workers": 1}, False, WorkerPlan(1, 2)),
+        ({"device": "cpu", "threads": 2, "workers": 3}, False, WorkerPlan(3, 1)),  # never fewer than one thread
+        ({"device": "cuda", "threads": 2}, False, WorkerPlan(1, 2)),  # one per GPU unless asked
+    ],
+)
+def test_worker_plan(settings: dict[str, object], beside_api: bool, plan: WorkerPlan) -> None:
+    assert ServiceSettings(**settings).worker_plan(beside_api) == plan
