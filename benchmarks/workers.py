@@ -1,0 +1,110 @@
+"""Workers (TRANSFORMER_WORKERS) against torch threads: the same cores given to one search on every thread or to
+independent single-thread searches, through HTTP, in alternating rounds (benchmarks/README, issue 36).
+
+Each configuration is `NAME=KEY:VALUE,...` of TRANSFORMER_* settings. Embedded (the default): one `transformer
+serve` per configuration, all up at once. With --redis URL: one `transformer serve` on Redis per configuration
+(each its own queue prefix) and `--processes` `transformer worker` processes with the configuration's settings.
+Reported per configuration and round: sentences/s, p50 and p99, and server CPU per request (API; workers).
+
+    python benchmarks/workers.py --model bench/ours --text bench/marian/test.en \
+        one=workers:1,threads:2 two=workers:2,threads:2
+    python benchmarks/workers.py --model bench/ours --text bench/marian/test.en --redis redis://127.0.0.1:6379/0 \
+        one=workers:1,threads:2 two=workers:2,threads:2 two-processes=threads:1 --processes 1,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from peer import cpu_seconds
+from serve import Process, drive
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = {"max_queue": "100000", "rate_limit": "0", "request_timeout_s": "600"}
+
+
+def environment(models: Path, settings: dict[str, str], redis: str | None, prefix: str) -> dict[str, str]:
+    env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models)}
+    env.pop("REDIS_URL", None)
+    if redis is not None:
+        env.update({"REDIS_URL": redis, "TRANSFORMER_QUEUE_PREFIX": prefix})
+    return env | {f"TRANSFORMER_{k.upper()}": v for k, v in {**BASE, **settings}.items()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("configs", nargs="+", help="NAME=KEY:VALUE,... settings of one server (and its workers)")
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--text", type=Path, required=True)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--redis", default=None, help="Redis mode: the URL of a Redis to use (queue prefixes of its own)")
+    p.add_argument("--processes", default=None, help="with --redis: worker processes per configuration, e.g. 1,2")
+    args = p.parse_args()
+    configs = {}
+    for spec in args.configs:
+        name, _, pairs = spec.partition("=")
+        configs[name] = dict(pair.split(":", 1) for pair in pairs.split(",") if pair)
+    processes = [int(x) for x in args.processes.split(",")] if args.processes else [1] * len(configs)
+    if len(processes) != len(configs):
+        p.error("--processes needs one count per configuration")
+    texts = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines() if line.strip()]
+    drive_args = argparse.Namespace(peer=None, text=args.text, beam_size=args.beam_size)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = Path(tmp) / "models"
+        models.mkdir()
+        (models / "bench").symlink_to(args.model.resolve())
+        servers: dict[str, Process] = {}
+        workers: dict[str, list[subprocess.Popen[bytes]]] = {}
+        for i, ((name, settings), count) in enumerate(zip(configs.items(), processes, strict=True)):
+            env = environment(models, settings, args.redis, f"workers-bench-{os.getpid()}-{i}")
+            cmd = [sys.executable, "-m", "service.cli", "serve"]
+            servers[name] = Process(lambda port, cmd=cmd: [*cmd, "--port", str(port)], env, ROOT)
+            workers[name] = [
+                subprocess.Popen(
+                    [sys.executable, "-m", "service.cli", "worker"],
+                    env={**env, "TRANSFORMER_WORKER_NAME": f"{name}-{j}"},
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for j in range(count if args.redis else 0)
+            ]
+        try:
+            for server in servers.values():
+                server.__enter__()
+            for r in range(args.rounds):
+                order = list(servers.items())[:: 1 if r % 2 == 0 else -1]
+                for name, server in order:
+                    asyncio.run(drive(server.url, texts[:20], 1, drive_args))  # warm-up
+                    pids = [w.pid for w in workers[name]]
+                    api, work = cpu_seconds(server.proc.pid), sum(cpu_seconds(pid) for pid in pids)
+                    seconds, lat = asyncio.run(drive(server.url, texts, args.clients, drive_args))
+                    api = 1000 * (cpu_seconds(server.proc.pid) - api) / len(texts)
+                    work = 1000 * (sum(cpu_seconds(pid) for pid in pids) - work) / len(texts)
+                    q = statistics.quantiles(lat, n=100, method="inclusive")
+                    cpu = f"API {api:.2f}, workers {work:.1f}" if args.redis else f"{api:.1f}"
+                    print(
+                        f"round {r + 1} {name:14s} N={args.clients}: {len(texts) / seconds:6.1f} sentences/s  "
+                        f"p50 {1000 * statistics.median(lat):5.0f} ms  p99 {1000 * q[98]:5.0f} ms  "
+                        f"CPU ms/request {cpu}",
+                        flush=True,
+                    )
+        finally:
+            for server in servers.values():
+                server.__exit__()
+            for procs in workers.values():
+                for w in procs:
+                    w.terminate()
+
+
+if __name__ == "__main__":
+    main()
