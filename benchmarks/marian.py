@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402
 from common import SHAPES, log  # noqa: E402
 
-from model.marian import marian_config, tensor_map  # noqa: E402
+from model.hf_weights import tensor_map  # noqa: E402
+from model.marian import marian_config  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
 from training.config import load_config  # noqa: E402
 from training.data import Pair  # noqa: E402

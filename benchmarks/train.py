@@ -136,7 +136,8 @@ def make_workload(args: argparse.Namespace, device: str) -> Workload:
 
 
 def ours_engine(hf_dir: Path, args: argparse.Namespace) -> Engine:
-    from model.marian import convert_weights, marian_config
+    from model.hf_weights import convert_weights
+    from model.marian import marian_config
     from training.optim import label_smoothed_loss, make_optimizer
 
     config_path = hf_dir / "config.json"

@@ -112,7 +112,7 @@ class BeamLoop:
         assert all(cfg.beam_size == self.k for cfg in cfgs), "a loop holds one beam size"
         src, mask = pad_batch(sources, self.special.pad, self.device)
         memory, _ = self.model.encode(src, mask)
-        limits = [cfg.output_limit(len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
+        limits = [limit_of(cfg, len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
         # Joining sentences take free rows of the running cache's buffers: their own start with no room.
         capacity = min(max(limits) + 1, JOIN_ROOM) if self.cache is None else 0  # grows as needed
         new = self.model.start_cache(memory, mask, capacity=capacity, beams=self.k, src=src)
@@ -193,10 +193,23 @@ class BeamLoop:
             index = torch.tensor(group, device=self.device)
             rows, ids = repeated_ngrams(self.history.index_select(0, index)[:, : step + 1], n)
             logp[index[rows], ids] = -math.inf
+        self._force_prefix(logp)
         if eos_logp is not None:  # rows are sentences' beams: only the first is live at step 0
             rows_of = torch.tensor([r for b in empty for r in range(b * k, b * k + k)], device=self.device)
             logp[rows_of] = -math.inf
             logp[rows_of, eos] = eos_logp[rows_of]
+
+    def _force_prefix(self, logp: Tensor) -> None:
+        """Within a sentence's target_prefix, its next id is the only one, with log P 0."""
+        forced = [
+            (b, s.cfg.target_prefix[s.step]) for b, s in enumerate(self.sentences) if s.step < len(s.cfg.target_prefix)
+        ]
+        if forced:
+            k = self.k
+            rows = torch.tensor([r for b, _ in forced for r in range(b * k, b * k + k)], device=self.device)
+            ids = torch.tensor([i for _, i in forced], device=self.device).repeat_interleave(k)  # (rows,)
+            logp[rows] = -math.inf
+            logp[rows, ids] = 0.0
 
     def _candidates(self, logp: Tensor) -> _Best:
         """Each sentence's 2k best candidates, and of them the k best that do not end."""
@@ -226,8 +239,9 @@ class BeamLoop:
             histories = self.history[[e[3] for e in ending]].tolist()
             for (b, last, log_prob, _), history in zip(ending, histories, strict=True):
                 s = self.sentences[b]
-                ids = history[1 : s.step + 1] + ([] if last == eos else [last])
-                length = len(ids) + (last == eos)  # |Y| counts the EOS when there is one
+                forced = len(s.cfg.target_prefix)  # left out of the hypothesis, counted in |Y|
+                ids = history[1 + forced : s.step + 1] + ([] if last == eos else [last])
+                length = forced + len(ids) + (last == eos)  # |Y| counts the EOS when there is one
                 s.ended.append(Hypothesis(ids, log_prob / s.cfg.length_penalty_of(length), log_prob))
         return {b for b, s in enumerate(self.sentences) if is_done(s, found.best_going_on[b])}
 
@@ -250,6 +264,12 @@ class BeamLoop:
                 history.scatter_(1, at[:, None], next_token[:, None])
         self.history = history
         self.cache = self.cache.reorder(rows, kept=keep).trimmed(self.source_length)
+
+
+def limit_of(cfg: DecodingConfig, source_length: int, model_max_len: int) -> int:
+    """A sentence's output limit (DecodingConfig.output_limit), with room for one token after a forced prefix."""
+    limit = cfg.output_limit(source_length, model_max_len)
+    return max(limit, len(cfg.target_prefix) + 1) if cfg.target_prefix else limit
 
 
 def survivors(count: int, gone: set[int]) -> list[int]:

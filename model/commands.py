@@ -60,6 +60,11 @@ def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingC
     return dataclasses.replace(base, **given).with_max_length(args.max_length)
 
 
+def add_language_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--source-lang", default=None, help=what)
+    p.add_argument("--target-lang", default=None)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "translate", help="translate lines from stdin to stdout, batched; or a file, keeping its structure (--file)"
@@ -90,15 +95,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ".docx, .pptx, .odt or .odp (needs --out)",
     )
     p.add_argument("--out", default=None, help="where --file's translation is written (same format)")
+    add_language_options(p, "a multilingual model's source and target language, as it names them (default: its own)")
     add_decoding_options(p)
     p.set_defaults(run=run_translate)
 
-    p = sub.add_parser("import", help="convert a foreign checkpoint into ours")
-    p.add_argument("format", choices=["marian"], help="marian: a Hugging Face Marian / OPUS-MT directory")
-    p.add_argument("src", help="the directory to import")
-    p.add_argument("out", help="the checkpoint directory to write")
-    p.add_argument("--source-lang", default=None)
-    p.add_argument("--target-lang", default=None)
+    p = sub.add_parser(
+        "import",
+        help="convert a Hugging Face directory into our checkpoint: marian, m2m_100 (M2M100, NLLB), mbart "
+        "(mBART-50) or pegasus, by its config.json",
+    )
+    p.add_argument(
+        "paths", nargs="+", metavar="SRC OUT", help="the directory to import and the checkpoint directory to write"
+    )
+    p.add_argument("--task", choices=["translation", "summarization"], default=None, help="where SRC does not say")
+    add_language_options(p, "the languages the checkpoint translates between by default (a multilingual one)")
     p.set_defaults(run=run_import)
 
     p = sub.add_parser("quantize", help="write an int8 copy of a checkpoint, for int8 inference on the CPU")
@@ -125,6 +135,7 @@ def run_translate(args: argparse.Namespace) -> int:
         raise InputError("--file and --out go together: the file to translate and where its translation goes")
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     cfg = decoding_config(args, tr.meta.decoding)
+    args.languages = tr.languages(args.source_lang, args.target_lang)  # an unknown language stops here
     if args.file is not None:
         return run_translate_file(tr, cfg, args)
     # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
@@ -134,7 +145,13 @@ def run_translate(args: argparse.Namespace) -> int:
         else sys.stdin
     )
     translate = functools.partial(
-        tr.translate, config=cfg, truncate=args.truncate, segment=not args.no_segment, max_batch_size=args.batch_size
+        tr.translate,
+        config=cfg,
+        truncate=args.truncate,
+        segment=not args.no_segment,
+        max_batch_size=args.batch_size,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
     )
     done = 0  # lines before this chunk
     for lines in chunks(source, max(args.batch_size * 8, 64)):
@@ -184,7 +201,13 @@ def run_translate_file(tr: Translator, cfg: DecodingConfig, args: argparse.Names
             chunk = read.texts[start : start + FILE_CHUNK]
             try:
                 done = tr.translate(
-                    chunk, cfg, align=read.align, truncate=args.truncate, max_batch_size=args.batch_size
+                    chunk,
+                    cfg,
+                    align=read.align,
+                    truncate=args.truncate,
+                    max_batch_size=args.batch_size,
+                    source_lang=args.source_lang,
+                    target_lang=args.target_lang,
                 )
             except InputTooLongError as e:
                 where = start + (e.index or 0) + 1
@@ -202,7 +225,8 @@ def line_problem(tr: Translator, line: str, number: int, args: argparse.Namespac
     from model.segment import whole
 
     try:
-        tr.encode_segments([whole(line)] if args.no_segment else tr.segment([line]), truncate=args.truncate)
+        texts = [whole(line)] if args.no_segment else tr.segment([line])
+        tr.encode_segments(texts, args.truncate, args.languages)
     except InputTooLongError as e:
         where = f"line {number}" if e.sentence is None else f"line {number}, sentence {e.sentence},"
         return f"{where} has {e.length} tokens, more than the model's limit of {e.limit} (--truncate cuts it)"
@@ -218,9 +242,18 @@ def write(outputs: list[Output], args: argparse.Namespace) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    """transformer import SRC OUT (the family read from SRC's config.json), or the older import marian SRC OUT."""
+    from model.errors import InputError
+    from model.families import import_model
     from model.marian import import_marian
 
-    out = import_marian(args.src, args.out, source_lang=args.source_lang, target_lang=args.target_lang)
+    paths = args.paths
+    if len(paths) == 3 and paths[0] == "marian":
+        out = import_marian(paths[1], paths[2], source_lang=args.source_lang, target_lang=args.target_lang)
+    elif len(paths) == 2:
+        out = import_model(paths[0], paths[1], args.source_lang, args.target_lang, args.task)
+    else:
+        raise InputError(f"import takes SRC OUT (or marian SRC OUT), got {' '.join(paths)}")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

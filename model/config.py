@@ -19,7 +19,7 @@ T = TypeVar("T")
 Norm = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swish"]
 Positions = Literal["sinusoidal", "learned"]
-PositionLayout = Literal["interleaved", "halves"]
+PositionLayout = Literal["interleaved", "halves", "fairseq"]
 LengthPenalty = Literal["gnmt", "average"]
 
 
@@ -40,7 +40,10 @@ class ModelConfig:
     norm: Norm = "post"  # "pre": LayerNorm before each sub-layer, plus a final LayerNorm per stack
     activation: Activation = "relu"  # OPUS-MT uses "swish"
     positions: Positions = "sinusoidal"  # "learned": a trained table (Table 3, row E)
-    position_layout: PositionLayout = "interleaved"  # "halves": Marian's sin | cos layout
+    position_layout: PositionLayout = "interleaved"  # "halves": Marian's and Pegasus's sin | cos layout;
+    # "fairseq": sin | cos at frequencies 10000^(-i / (d_model/2 - 1)), M2M100's and NLLB's
+    position_offset: int = 0  # sinusoidal positions start at this row of the table (M2M100: padding index + 1)
+    embed_norm: bool = False  # a LayerNorm over embeddings plus positions, before dropout (BART's layernorm_embedding)
     scale_embedding: bool = True  # multiply embeddings by sqrt(d_model) (§3.4)
     share_embeddings: bool = True  # one matrix for source and target embeddings (§3.4)
     tie_output: bool = True  # target embedding doubles as the pre-softmax linear (§3.4)
@@ -82,7 +85,11 @@ class ModelConfig:
         _check_choice("norm", self.norm, ("post", "pre"))
         _check_choice("activation", self.activation, ("relu", "gelu", "swish"))
         _check_choice("positions", self.positions, ("sinusoidal", "learned"))
-        _check_choice("position_layout", self.position_layout, ("interleaved", "halves"))
+        _check_choice("position_layout", self.position_layout, ("interleaved", "halves", "fairseq"))
+        if self.position_offset < 0 or (self.position_offset and self.positions != "sinusoidal"):
+            raise ConfigError(
+                f"position_offset must be 0, or positive with sinusoidal positions, got {self.position_offset}"
+            )
 
     @property
     def d_k(self) -> int:
@@ -167,6 +174,9 @@ class DecodingConfig:
     # never ends a sentence before its limit, so it costs 1.5-3x the decoding time for about 0.1 BLEU.
     early_stopping: bool = True
     banned_ids: tuple[int, ...] = field(default=())  # never generated (pad, decoder start)
+    # Ids every output starts with, each forced with log P 0: a multilingual model's target language token,
+    # BART's <s> (transformers' forced_bos_token_id, CTranslate2's target_prefix). They count in |Y|.
+    target_prefix: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -184,10 +194,17 @@ class DecodingConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DecodingConfig:
         """From plain JSON values (banned_ids as a list); unknown names are errors."""
-        return _from_dict(cls, {**data, "banned_ids": tuple(data.get("banned_ids", ()))}, "decoding options")
+        if not isinstance(data, dict):
+            raise ConfigError(f"decoding options must be a JSON object, got {type(data).__name__}")
+        tuples = {name: tuple(data.get(name, ())) for name in ("banned_ids", "target_prefix")}
+        return _from_dict(cls, {**data, **tuples}, "decoding options")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "banned_ids": list(self.banned_ids)}
+        return {
+            **dataclasses.asdict(self),
+            "banned_ids": list(self.banned_ids),
+            "target_prefix": list(self.target_prefix),
+        }
 
     def changed(self) -> dict[str, Any]:
         """The fields that differ from the defaults, as plain JSON values."""

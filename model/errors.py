@@ -63,6 +63,17 @@ class InputTooLongError(InputError):
         self.limit = limit
 
 
+class UnknownLanguageError(InputError):
+    """A multilingual model was asked for a language it does not know, or not told one it needs."""
+
+    def __init__(self, side: str, code: str | None, known: list[str]) -> None:
+        shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)" if len(known) > 12 else "")
+        what = f"unknown {side} language {code!r}" if code is not None else f"this model needs a {side} language"
+        super().__init__(f"{what}; the model knows: {shown}")
+        self.side = side
+        self.code = code
+
+
 class SearchStopped(ModelError):
     """A search was stopped by its caller before it finished (nobody wants its outputs any more)."""
 

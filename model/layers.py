@@ -219,19 +219,25 @@ class Residual(nn.LayerNorm):
         return x if self.pre else super().forward(x)
 
 
-def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
+def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5), for pos = offset ..
+    offset + max_len - 1.
 
-    layout "halves" puts every sin first and every cos second, as Marian does.
+    layout "halves" puts every sin first and every cos second, as Marian does; "fairseq" does too, at fairseq's
+    frequencies 10000^(-i / (d_model/2 - 1)) (M2M100, NLLB).
     """
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    half = d_model // 2
+    if layout == "fairseq":  # in float32, step by step as fairseq computes it, so that imports match exactly
+        freq = torch.exp(torch.arange(half).float() * -(math.log(10000) / max(half - 1, 1)))  # (d_model / 2,)
+        angle = torch.arange(offset, offset + max_len).float()[:, None] * freq[None]  # (max_len, d_model / 2)
+        return torch.cat([angle.sin(), angle.cos()], dim=1)
+    pos = torch.arange(offset, offset + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,)
     angle = pos / 10000.0 ** (two_i / d_model)  # (max_len, d_model / 2)
     pe = torch.empty(max_len, d_model, dtype=torch.float64)
     if layout == "interleaved":
         pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
     else:
-        half = d_model // 2
         pe[:, :half], pe[:, half:] = angle.sin(), angle.cos()
     return pe.float()
 
@@ -248,8 +254,12 @@ class Embedding(nn.Module):
             self.positions = nn.Embedding(cfg.max_len, cfg.d_model)
         else:
             self.register_buffer(
-                "table", sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout), persistent=False
+                "table",
+                sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout, cfg.position_offset),
+                persistent=False,
             )
+        # Not in the paper: BART's and mBART's LayerNorm over embeddings plus positions (ModelConfig.embed_norm).
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.embed_norm else None
         self.drop = Dropout(cfg.p_drop)
         self.cfg = cfg
 
@@ -257,7 +267,7 @@ class Embedding(nn.Module):
         """Recompute the sinusoid table (a model built on the meta device has none: Transformer.for_loading)."""
         if self.positions is None:
             cfg = self.cfg
-            table = sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout)
+            table = sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout, cfg.position_offset)
             self.register_buffer("table", table.to(self.get_buffer("table").device), persistent=False)
 
     def position(self, start: int, length: int) -> Tensor:
@@ -272,9 +282,12 @@ class Embedding(nn.Module):
             return self(ids[:, None], start=where.t)
         table = self.positions.weight if self.positions is not None else self.get_buffer("table")
         x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
-        return self.drop(x[:, None])
+        return self.drop(self._norm(x[:, None]))
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""
         x = self.tokens(ids) * self.scale + self.position(start, ids.size(1))
-        return self.drop(x)
+        return self.drop(self._norm(x))
+
+    def _norm(self, x: Tensor) -> Tensor:
+        return x if self.norm is None else self.norm(x)

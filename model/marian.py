@@ -10,14 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors import SafetensorError, safe_open
-
 from model.checkpoint import CheckpointMeta, save_checkpoint
 from model.config import ModelConfig
 from model.errors import CheckpointError, check_readable
+from model.hf_weights import convert_weights
 from model.tokenizer import SpecialIds, TokenizerConfig
-from model.transformer import Transformer
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 
@@ -53,74 +50,6 @@ def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
         logits_bias=True,
         ln_eps=1e-5,
     )
-
-
-def _layer_map(side: str, i: int, cross: bool) -> dict[str, list[str]]:
-    """Our tensor name -> the Marian tensors concatenated (along dim 0) to make it."""
-    hf, ours = f"model.{side}.layers.{i}", f"{side}.{i}"
-    attn = ["q_proj", "k_proj", "v_proj"]
-    m = {f"{ours}.self_attn.qkv.{p}": [f"{hf}.self_attn.{a}.{p}" for a in attn] for p in ("weight", "bias")}
-    norms = {"attn_norm" if side == "encoder" else "self_norm": "self_attn_layer_norm", "ffn_norm": "final_layer_norm"}
-    for p in ("weight", "bias"):
-        m[f"{ours}.self_attn.out.{p}"] = [f"{hf}.self_attn.out_proj.{p}"]
-        m[f"{ours}.ffn.w1.{p}"] = [f"{hf}.fc1.{p}"]
-        m[f"{ours}.ffn.w2.{p}"] = [f"{hf}.fc2.{p}"]
-        for our_norm, hf_norm in norms.items():
-            m[f"{ours}.{our_norm}.{p}"] = [f"{hf}.{hf_norm}.{p}"]
-        if cross:
-            m[f"{ours}.cross_attn.q.{p}"] = [f"{hf}.encoder_attn.q_proj.{p}"]
-            m[f"{ours}.cross_attn.kv.{p}"] = [f"{hf}.encoder_attn.k_proj.{p}", f"{hf}.encoder_attn.v_proj.{p}"]
-            m[f"{ours}.cross_attn.out.{p}"] = [f"{hf}.encoder_attn.out_proj.{p}"]
-            m[f"{ours}.cross_norm.{p}"] = [f"{hf}.encoder_attn_layer_norm.{p}"]
-    return m
-
-
-def tensor_map(cfg: ModelConfig) -> dict[str, list[str]]:
-    """Every layer's tensors: our name -> the Marian tensors concatenated (along dim 0) to make it."""
-    mapping: dict[str, list[str]] = {}
-    for i in range(cfg.N):
-        mapping.update(_layer_map("encoder", i, cross=False))
-    for i in range(cfg.n_dec):
-        mapping.update(_layer_map("decoder", i, cross=True))
-    return mapping
-
-
-def _first(f: Any, names: list[str], path: Path) -> torch.Tensor:
-    for name in names:
-        if name in f.keys():  # noqa: SIM118 - a safetensors handle is no dict
-            tensor: torch.Tensor = f.get_tensor(name)
-            return tensor
-    raise CheckpointError(path, f"none of the tensors {names} is present")
-
-
-def convert_weights(cfg: ModelConfig, path: Path) -> Transformer:
-    """A Transformer filled from a Marian model.safetensors."""
-    model = Transformer(cfg)
-    ours = dict(model.named_parameters())
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            tensors = {
-                name: torch.cat([_first(f, [hf], path) for hf in parts]) for name, parts in tensor_map(cfg).items()
-            }
-            shared = ["model.shared.weight", "model.encoder.embed_tokens.weight"]
-            tensors["src_embed.tokens.weight"] = _first(f, shared, path)
-            if not cfg.share_embeddings:
-                tensors["tgt_embed.tokens.weight"] = _first(f, ["model.decoder.embed_tokens.weight"], path)
-            if not cfg.tie_output:
-                tensors["out_proj.weight"] = _first(f, ["lm_head.weight"], path)
-            tensors["logits_bias"] = _first(f, ["final_logits_bias"], path).reshape(-1)
-    except SafetensorError as e:
-        raise CheckpointError(path, f"not a valid safetensors file ({e})") from e
-    # Our layers live in ModuleLists named encoder / decoder: "encoder.0.x" is "encoder.0.x" already.
-    missing = sorted(set(ours) - set(tensors))
-    if missing:
-        raise CheckpointError(path, f"no Marian tensors for {missing[:5]}")
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            if ours[name].shape != tensor.shape:
-                raise CheckpointError(path, f"{name}: shape {tuple(tensor.shape)}, expected {tuple(ours[name].shape)}")
-            ours[name].copy_(tensor)
-    return model
 
 
 def import_marian(

@@ -7,12 +7,15 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sentencepiece as spm
 
 from model.config import ModelConfig
-from model.errors import CheckpointError, ConfigError, InputError, check_readable
+from model.errors import CheckpointError, ConfigError, InputError, UnknownLanguageError, check_readable
+
+SourceLanguage = Literal["none", "prefix"]
+TargetLanguage = Literal["none", "forced", "source"]
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,8 @@ class SpecialIds:
 
     @property
     def never_generated(self) -> tuple[int, ...]:
-        """Ids that search never emits: padding and the decoder's start symbol."""
-        return tuple(sorted({self.pad, self.decoder_start}))
+        """Ids that search never emits: padding and the decoder's start symbol, unless that is EOS (BART, M2M100)."""
+        return tuple(sorted({self.pad, self.decoder_start} - {self.eos}))
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,21 @@ class TokenizerConfig:
     source_vocab: str | None = None
     target_vocab: str | None = None
     special: SpecialIds = field(default_factory=SpecialIds)
+    # A multilingual model's language tokens, by the codes it knows: "de" -> "__de__" (M2M100), "deu_Latn" ->
+    # "deu_Latn" (NLLB), "deu" -> ">>deu<<" (multilingual Marian). Empty for a model of one language pair.
+    languages: dict[str, str] = field(default_factory=dict)
+    source_language: SourceLanguage = "none"  # "prefix": the source's language token starts the source
+    # "forced": the target's language token is the output's first (M2M100, NLLB, mBART-50); "source": it starts
+    # the source (multilingual Marian)
+    target_language: TargetLanguage = "none"
+    source_prefix: tuple[str, ...] = ()  # pieces before every source (BART's <s>)
+    target_prefix: tuple[str, ...] = ()  # pieces every output starts with, forced (BART's <s>)
+
+    def __post_init__(self) -> None:
+        if self.source_language not in ("none", "prefix") or self.target_language not in ("none", "forced", "source"):
+            raise ConfigError(f"bad language placement {self.source_language!r}, {self.target_language!r}")
+        if (self.source_language != "none" or self.target_language != "none") and not self.languages:
+            raise ConfigError("language tokens placed but no languages given")
 
     @property
     def shared(self) -> bool:
@@ -59,6 +77,14 @@ class TokenizerConfig:
             "source_vocab": self.source_vocab,
             "target_vocab": self.target_vocab,
             "special": self.special.__dict__.copy(),
+            **(
+                {"languages": self.languages, "source_language": self.source_language}
+                | {"target_language": self.target_language}
+                if self.languages
+                else {}
+            ),
+            **({"source_prefix": list(self.source_prefix)} if self.source_prefix else {}),
+            **({"target_prefix": list(self.target_prefix)} if self.target_prefix else {}),
         }
 
     @classmethod
@@ -68,6 +94,8 @@ class TokenizerConfig:
             raise ConfigError("only SentencePiece tokenizers are supported")
         try:
             special = SpecialIds(**data.pop("special", {}))
+            for name in ("source_prefix", "target_prefix"):
+                data[name] = tuple(data.get(name, ()))
             return cls(special=special, **data)
         except TypeError as e:
             raise ConfigError(f"bad tokenizer config: {e}") from e
@@ -117,10 +145,25 @@ class _Side:
             return [self.sp.piece_to_id(p) for p in pieces]
         return [self.vocab.get(p, self.unk) for p in pieces]
 
+    def piece(self, i: int) -> str:
+        """The piece of id i; <unk>'s for an id past the vocabulary (a model may have more embeddings: M2M100)."""
+        return self.pieces[i] if i < len(self.pieces) else self.pieces[self.unk]
+
     def decode(self, ids: list[int]) -> str:
         if self.vocab is None:
             return str(self.sp.decode(ids))
-        return str(self.sp.decode_pieces([self.pieces[i] for i in ids]))
+        return str(self.sp.decode_pieces([self.piece(i) for i in ids]))
+
+
+@dataclass(frozen=True)
+class Languages:
+    """The ids one request's sources and outputs carry for its language pair (TokenizerConfig.languages)."""
+
+    source: tuple[int, ...] = ()  # before the source text
+    target: tuple[int, ...] = ()  # every output's first ids, forced (DecodingConfig.target_prefix)
+
+
+NO_LANGUAGES = Languages()  # a model of one language pair, with no fixed prefixes
 
 
 class Tokenizer:
@@ -134,6 +177,39 @@ class Tokenizer:
         self.target = (
             self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
         )
+        self.language_ids = {code: self._token_id(self.source, token) for code, token in cfg.languages.items()}
+        target_language_ids = {self._token_id(self.target, t) for t in cfg.languages.values()}
+        special = cfg.special
+        self.hidden = {special.pad, special.eos, special.bos, special.decoder_start} | target_language_ids
+        self.hidden |= {self._token_id(self.target, piece) for piece in cfg.target_prefix}
+
+    @property
+    def multilingual(self) -> bool:
+        return bool(self.language_ids)
+
+    def _token_id(self, side: _Side, piece: str) -> int:
+        """The id of a special piece (a language token), which the vocabulary must hold."""
+        (i,) = side.to_ids([piece])
+        if i == self.special.unk and piece != side.pieces[self.special.unk]:
+            raise CheckpointError(self.cfg.source_vocab or self.cfg.source_model, f"the vocabulary has no {piece!r}")
+        return i
+
+    def languages(self, source: str | None, target: str | None) -> Languages:
+        """The language ids of a request from source to target (codes as TokenizerConfig.languages has them);
+        UnknownLanguageError for a code the model does not know, or none where the model needs one."""
+        cfg = self.cfg
+        src = [self._language("source", source)] if cfg.source_language == "prefix" else []
+        tgt = self._language("target", target) if cfg.target_language != "none" else None
+        fixed_src = self.source.to_ids(list(cfg.source_prefix))
+        if cfg.target_language == "source" and tgt is not None:
+            src.insert(0, tgt)
+        forced = [tgt] if cfg.target_language == "forced" and tgt is not None else []
+        return Languages(tuple(fixed_src + src), tuple(self.target.to_ids(list(cfg.target_prefix)) + forced))
+
+    def _language(self, side: str, code: str | None) -> int:
+        if code is None or code not in self.language_ids:
+            raise UnknownLanguageError(side, code, sorted(self.language_ids))
+        return self.language_ids[code]
 
     @functools.cached_property
     def source_characters(self) -> frozenset[str]:
@@ -147,26 +223,25 @@ class Tokenizer:
     def source_pieces(self, text: str) -> list[str]:
         return self.source.encode(text) + [self.source.pieces[self.special.eos]]
 
-    def encode_source(self, text: str) -> list[int]:
-        """Source ids of text, ending in EOS."""
-        return self.source.to_ids(self.source.encode(text)) + [self.special.eos]
+    def encode_source(self, text: str, prefix: tuple[int, ...] = ()) -> list[int]:
+        """Source ids of text after prefix (Languages.source), ending in EOS."""
+        return [*prefix, *self.source.to_ids(self.source.encode(text)), self.special.eos]
 
-    def source_ids(self, text: str, model: ModelConfig, truncate: bool) -> list[int]:
+    def source_ids(self, text: str, model: ModelConfig, truncate: bool, prefix: tuple[int, ...] = ()) -> list[int]:
         """Source ids of text as the model's encoder takes them (ModelConfig.source_ids: its length limit, and
-        the first tokens of a document for a summarizer that reads only those)."""
-        return model.source_ids(self.encode_source(text), self.special.eos, truncate)
+        the first tokens of a document for a summarizer that reads only those), after prefix (Languages.source)."""
+        return model.source_ids(self.encode_source(text, prefix), self.special.eos, truncate)
 
     def encode_target(self, text: str) -> list[int]:
         """Target ids of text, ending in EOS (the decoder's training labels)."""
         return self.target.to_ids(self.target.encode(text)) + [self.special.eos]
 
     def target_pieces(self, ids: list[int]) -> list[str]:
-        return [self.target.pieces[i] for i in ids]
+        return [self.target.piece(i) for i in ids]
 
     def decode_target(self, ids: list[int]) -> str:
         """Text of target ids, special tokens left out."""
-        skip = {self.special.pad, self.special.eos, self.special.bos, self.special.decoder_start}
-        return self.target.decode([i for i in ids if i not in skip])
+        return self.target.decode([i for i in ids if i not in self.hidden])
 
 
 def _load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:

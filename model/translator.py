@@ -20,7 +20,7 @@ from model.output import AttentionMaps, Hypothesis, Output
 from model.protect import EDGE_PUNCTUATION, WORD, Protected, aligned, protect, restore
 from model.quantize import check_int8, quantize_transformer
 from model.segment import Segmented, joined, segment, whole
-from model.tokenizer import Tokenizer
+from model.tokenizer import NO_LANGUAGES, Languages, Tokenizer
 from model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,6 +53,7 @@ class Source:
     protected: Protected
     ids: list[int]
     sentence: str = ""
+    languages: Languages = NO_LANGUAGES  # the language ids its source starts with and its output is forced to
 
     def kept_whole(self) -> Output:
         """The output of a segment that is all kept spans: itself."""
@@ -60,19 +61,25 @@ class Source:
         return Output([Hypothesis([], 0.0, 0.0, text=text, alignment=((0, len(self.sentence), 0, len(text)),))])
 
 
-def read_segments(texts: Sequence[Segmented], tokenizer: Tokenizer, cfg: ModelConfig, truncate: bool) -> list[Source]:
+def read_segments(
+    texts: Sequence[Segmented],
+    tokenizer: Tokenizer,
+    cfg: ModelConfig,
+    truncate: bool,
+    languages: Languages = NO_LANGUAGES,
+) -> list[Source]:
     """Every segment of every text, in order, as the model reads it: what cannot be translated kept out of it
-    (model.protect), then encoded as Translator.encode does (no ids when nothing is left). The API checks a
-    request with it, without the weights (service.registry)."""
+    (model.protect), then encoded as Translator.encode does (no ids when nothing is left), after the
+    languages' source ids. The API checks a request with it, without the weights (service.registry)."""
     out = []
     for i, text in enumerate(texts):
         for j, sentence in enumerate(text.sentences):
             protected = protect(sentence, tokenizer.readable)
             try:
-                ids = [] if protected.blank else tokenizer.source_ids(protected.text, cfg, truncate)
+                ids = [] if protected.blank else tokenizer.source_ids(protected.text, cfg, truncate, languages.source)
             except InputTooLongError as e:
                 raise InputTooLongError(e.length, e.limit, i, j if len(text.spans) > 1 else None) from None
-            out.append(Source(protected, ids, sentence))
+            out.append(Source(protected, ids, sentence, languages))
     return out
 
 
@@ -163,14 +170,21 @@ class Translator:
         except TypeError as e:
             raise ConfigError(str(e)) from e
 
-    def encode(self, texts: Sequence[str], truncate: bool = False) -> list[list[int]]:
+    def languages(self, source: str | None = None, target: str | None = None) -> Languages:
+        """The language ids of a request (Tokenizer.languages), the checkpoint's own languages by default."""
+        return self.tokenizer.languages(source or self.meta.source_lang, target or self.meta.target_lang)
+
+    def encode(
+        self, texts: Sequence[str], truncate: bool = False, languages: Languages | None = None
+    ) -> list[list[int]]:
         """Source ids per text as the encoder takes them (ModelConfig.source_ids: within the model's length limit;
-        of a summarizer that reads only a document's first tokens, those)."""
+        of a summarizer that reads only a document's first tokens, those), after the languages' source ids."""
         check_texts(texts)
+        prefix = (languages or self.languages()).source
         out = []
         for i, text in enumerate(texts):
             try:
-                out.append(self.tokenizer.source_ids(text, self.model.cfg, truncate))
+                out.append(self.tokenizer.source_ids(text, self.model.cfg, truncate, prefix))
             except InputTooLongError as e:
                 raise InputTooLongError(e.length, e.limit, index=i) from None
         return out
@@ -181,9 +195,11 @@ class Translator:
         check_texts(texts)
         return [segment(t, self.meta.source_lang, self.meta.task) for t in texts]
 
-    def encode_segments(self, texts: Sequence[Segmented], truncate: bool = False) -> list[Source]:
+    def encode_segments(
+        self, texts: Sequence[Segmented], truncate: bool = False, languages: Languages | None = None
+    ) -> list[Source]:
         """Every segment of every text, in order, as the model reads it (read_segments)."""
-        return read_segments(texts, self.tokenizer, self.model.cfg, truncate)
+        return read_segments(texts, self.tokenizer, self.model.cfg, truncate, languages or self.languages())
 
     def translate(
         self,
@@ -196,15 +212,19 @@ class Translator:
         segment: bool = True,
         max_batch_size: int = 32,
         max_batch_tokens: int = 8192,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         **options: Any,
     ) -> list[Output]:
         """Translate texts with config (default: the checkpoint's own, else the paper's beam search), any of its fields
         overridden by keyword options (beam_size=5, early_stopping=False, ...). One Output per text, in order.
         A text is cut into sentences (segment), all of which go into one search, and their outputs are joined
-        back into the text's shape (model.segment); segment=False reads each text whole."""
-        cfg = self.decoding_config(config, **options)
+        back into the text's shape (model.segment); segment=False reads each text whole. A multilingual model
+        translates from source_lang to target_lang (its codes), by default the checkpoint's own."""
+        languages = self.languages(source_lang, target_lang)
+        cfg = dataclasses.replace(self.decoding_config(config, **options), target_prefix=languages.target)
         segmented = self.segment(texts) if segment else [whole(t) for t in check_texts(texts)]
-        sources = self.encode_segments(segmented, truncate)
+        sources = self.encode_segments(segmented, truncate, languages)
         outputs: list[Output | None] = [s.kept_whole() if not s.ids else None for s in sources]
         searched = [i for i, s in enumerate(sources) if s.ids]
         for k, nbest in self.search_refilled([sources[i].ids for i in searched], cfg, max_batch_size, max_batch_tokens):
@@ -246,7 +266,7 @@ class Translator:
         """The hypothesis with its text (what was kept out of the source put back: model.protect) and tokens
         (pieces), its attention maps when asked for, and with align its word alignment (Hypothesis.alignment)."""
         kept = source.protected.kept
-        attention = self.attention(source.ids, hyp.ids) if return_attention or kept or align else None
+        attention = self.attention(source.ids, hyp.ids, source.languages) if return_attention or kept or align else None
         text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
         read = text
         links = aligned(attention.cross) if attention is not None else []
@@ -325,19 +345,21 @@ class Translator:
         return places
 
     @torch.inference_mode()
-    def attention(self, src_ids: list[int], out_ids: list[int]) -> AttentionMaps:
-        """Attention maps of a given output, recomputed with teacher forcing (equal to those of search)."""
+    def attention(self, src_ids: list[int], out_ids: list[int], languages: Languages = NO_LANGUAGES) -> AttentionMaps:
+        """Attention maps of a given output, recomputed with teacher forcing (equal to those of search); the
+        languages' ids (forced, not translated) are left out of them."""
         special = self.tokenizer.special
         src = torch.tensor([src_ids], device=self.device)
         mask = torch.ones_like(src, dtype=torch.bool)
-        tgt = torch.tensor([[special.decoder_start, *out_ids]], device=self.device)
+        tgt = torch.tensor([[special.decoder_start, *languages.target, *out_ids]], device=self.device)
         memory, enc = self.model.encode(src, mask, need_weights=True)
         _, dec = self.model.decode(tgt, memory, mask, need_weights=True)
+        s, t = len(languages.source), len(languages.target)  # rows and columns of the language ids
         stack = lambda maps: torch.cat(maps).float().cpu()  # noqa: E731 - N x (1, h, T, S) -> (N, h, T, S)
         return AttentionMaps(
-            source_tokens=[self.tokenizer.source.pieces[i] for i in src_ids],
+            source_tokens=[self.tokenizer.source.piece(i) for i in src_ids[s:]],
             target_tokens=self.tokenizer.target_pieces([*out_ids, special.eos]),
-            cross=stack(dec.cross),
-            encoder=stack(enc),
-            decoder=stack(dec.decoder),
+            cross=stack(dec.cross)[..., t:, s:],
+            encoder=stack(enc)[..., s:, s:],
+            decoder=stack(dec.decoder)[..., t:, t:],
         )

@@ -140,7 +140,9 @@ class Registry:
         out = {}
         for info in self.models.values():
             translator = Translator.load(info.path, device=device, dtype=info.dtype(dtype), threads=threads)
-            translator.translate(["Hello."], beam_size=2, max_len_b=4)
+            codes: list[str | None] = [*sorted(translator.tokenizer.language_ids)[:2], None, None]  # multilingual
+            source, target = info.meta.source_lang or codes[0], info.meta.target_lang or codes[1]
+            translator.translate(["Hello."], beam_size=2, max_len_b=4, source_lang=source, target_lang=target)
             out[info.id] = translator
             log.info("loaded %s (%s) on %s", info.id, info.task, translator.device)
         return out

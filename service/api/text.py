@@ -16,7 +16,7 @@ from starlette.types import Receive
 
 from model import output
 from model.config import DecodingConfig
-from model.errors import ConfigError, InputError, InputTooLongError
+from model.errors import ConfigError, InputError, InputTooLongError, UnknownLanguageError
 from model.markup import Document, render
 from model.segment import sections
 from service.api.deps import Owner, ReadyService
@@ -227,6 +227,19 @@ async def decode_texts(
     return infos, [o for o in outputs if o is not None], guesses
 
 
+def languages_of(info: ModelInfo, source: str | None, target: str | None) -> tuple[str | None, str | None]:
+    """A multilingual model's source and target codes for a request (its own by default), checked: an unknown
+    or missing one is the request's error (422), not the worker's."""
+    if not info.tokenizer.multilingual:
+        return None, None
+    source = None if source == "auto" else source
+    try:
+        info.tokenizer.languages(source or info.meta.source_lang, target or info.meta.target_lang)
+    except UnknownLanguageError as e:
+        raise InvalidRequest(e.side, str(e)) from None
+    return source, target
+
+
 async def decode_with(
     service: Service, info: ModelInfo, req: TextRequest, texts: list[str], owner: str | None, request: Request
 ) -> list[Output]:
@@ -242,7 +255,9 @@ async def decode_with(
     if pieces:
         deadline = time.time() + s.request_timeout_s
         html = documents is not None
+        source, target = languages_of(info, req.source, req.target)
         job = Job(info.id, pieces, options, truncate=req.truncate, align=html, owner=owner, deadline=deadline)
+        job = replace(job, source_lang=source, target_lang=target)
         await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         found = (await run(service, job, request)).outputs
     if documents is None:

@@ -45,6 +45,8 @@ class Job:
     background: bool = False
     attention: AttentionSelection | None = None  # answer these attention maps of one hypothesis
     truncate: bool = False
+    source_lang: str | None = None  # a multilingual model's languages (its codes); None: the model's own
+    target_lang: str | None = None
     align: bool = False  # answer each hypothesis' word alignment (format html places its inline tags by it)
     owner: str | None = None  # owner_of(API key) that sent it; only that key may read or cancel a background job
     deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)

@@ -6,6 +6,7 @@ The texts wait in a Pool, each an Item, until model.beam.Admission lets them joi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -223,8 +224,10 @@ class Worker:
                 self.queue.finish(job, Answer(error=f"model {job.model!r} is not loaded on this worker"))
                 continue
             try:
+                languages = translator.languages(job.source_lang, job.target_lang)
                 texts = translator.segment(job.texts)
-                sources = translator.encode_segments(texts, truncate=job.truncate)
+                sources = translator.encode_segments(texts, job.truncate, languages)
+                job = dataclasses.replace(job, options=dataclasses.replace(job.options, target_prefix=languages.target))
             except ModelError as e:
                 self.queue.finish(job, Answer(error=str(e)))
                 continue

@@ -89,7 +89,8 @@ def test_every_option_set_one_by_one_is_a_request_field_and_a_flag_with_the_pape
     for name in DecodingConfig.OPTIONS:
         assert DecodeOptions.model_fields[name].default == getattr(paper, name), name
         assert name in flags and flags[name].default is None, name  # None: the model's own
-    assert set(DecodingConfig.OPTIONS) | {"max_len_a", "max_len_b", "banned_ids"} == set(paper.to_dict())
+    set_by_the_model = {"max_len_a", "max_len_b", "banned_ids", "target_prefix"}
+    assert set(DecodingConfig.OPTIONS) | set_by_the_model == set(paper.to_dict())
 
 
 def test_the_pages_option_inputs_are_request_fields_that_the_models_own_options_fill() -> None:
