@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from model.hf_weights import convert_weights
 from model.marian import ACTIVATIONS, import_marian
 from model.tokenizer import SpecialIds, TokenizerConfig
 
-SPM_FILE, VOCAB_FILE = "spm.model", "vocab.json"  # our copies in the checkpoint
+SPM_FILE, VOCAB_FILE, BPE_FILE = "spm.model", "vocab.json", "tokenizer.json"  # our copies in the checkpoint
 LEARNED_OFFSET = 2  # BART's and mBART's position tables keep two rows for padding positions
 FAMILIES = ("marian", "m2m_100", "mbart", "bart", "pegasus")
 
@@ -34,9 +35,17 @@ FAMILIES = ("marian", "m2m_100", "mbart", "bart", "pegasus")
 class Vocabulary:
     """A family's tokenizer as our checkpoint holds it: pieces -> ids, the SentencePiece file, the special ids."""
 
-    spm_file: Path  # the SentencePiece model in the Hugging Face directory
-    vocab: dict[str, int]
+    spm_file: Path  # the tokenizer's model in the Hugging Face directory (SentencePiece, or BART's tokenizer.json)
+    vocab: dict[str, int]  # written as vocab.json beside a SentencePiece model; a byte-level BPE file holds its own
     tokenizer: TokenizerConfig
+
+    def write(self, out: Path) -> None:
+        """Our copies of the tokenizer's files, in the checkpoint directory out."""
+        with atomic_path(out / self.tokenizer.source_model) as tmp:
+            shutil.copyfile(self.spm_file, tmp)
+        if self.tokenizer.kind == "sentencepiece":
+            with atomic_path(out / VOCAB_FILE) as tmp:
+                tmp.write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -204,9 +213,62 @@ def pegasus_vocabulary(hf_dir: Path, hf: dict[str, Any]) -> Vocabulary:
     return Vocabulary(spm_file, vocab, tokenizer)
 
 
+def bart_vocabulary(hf_dir: Path, hf: dict[str, Any]) -> Vocabulary:
+    """BART: byte-level BPE (GPT-2's, through the tokenizers library: tokenizer.json, else vocab.json and
+    merges.txt); <s> text </s>, and the output forced to start with forced_bos_token_id where the config says."""
+    from tokenizers import Tokenizer as Bpe
+
+    path = hf_dir / "tokenizer.json"
+    try:
+        bpe = Bpe.from_file(str(path)) if path.is_file() else _bpe_from_vocab_and_merges(hf_dir)
+    except CheckpointError:
+        raise
+    except Exception as e:  # the tokenizers library raises its own exception type for a malformed file
+        raise CheckpointError(path, f"not a byte-level BPE tokenizer ({str(e)[:200]})") from e
+    vocab = bpe.get_vocab(with_added_tokens=True)
+    for name in ("<s>", "</s>", "<pad>", "<unk>"):
+        if name not in vocab:
+            raise CheckpointError(path, f"the tokenizer has no {name}")
+    forced = _forced_bos(hf_dir, hf)
+    if forced is not None and forced not in vocab.values():
+        raise CheckpointError(hf_dir / "config.json", f"forced_bos_token_id {forced} is not in the tokenizer")
+    pieces = {i: piece for piece, i in vocab.items()}
+    tokenizer = TokenizerConfig(
+        source_model=BPE_FILE,
+        target_model=BPE_FILE,
+        special=_special(hf, vocab),
+        kind="bpe",
+        source_prefix=("<s>",),
+        target_prefix=() if forced is None else (pieces[forced],),
+    )
+    if not path.is_file():
+        path = Path(tempfile.mkdtemp()) / BPE_FILE
+        bpe.save(str(path))
+    return Vocabulary(path, vocab, tokenizer)
+
+
+def _bpe_from_vocab_and_merges(hf_dir: Path) -> Any:
+    """GPT-2's byte-level BPE from vocab.json and merges.txt, as BART's tokenizer builds it."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    for name in ("vocab.json", "merges.txt"):
+        check_readable(hf_dir / name)
+        if not (hf_dir / name).is_file():
+            raise CheckpointError(hf_dir / name, "tokenizer file is missing (and there is no tokenizer.json)")
+    return ByteLevelBPETokenizer(str(hf_dir / "vocab.json"), str(hf_dir / "merges.txt"))
+
+
+def _forced_bos(hf_dir: Path, hf: dict[str, Any]) -> int | None:
+    path = hf_dir / "generation_config.json"
+    gen = read_json(path, "generation config") if path.is_file() else {}
+    forced = gen.get("forced_bos_token_id", hf.get("forced_bos_token_id"))
+    return None if forced is None else int(forced)
+
+
 VOCABULARIES: dict[str, Callable[[Path, dict[str, Any]], Vocabulary]] = {
     "m2m_100": m2m_100_vocabulary,
     "mbart": mbart_vocabulary,
+    "bart": bart_vocabulary,
     "pegasus": pegasus_vocabulary,
 }
 
@@ -309,8 +371,5 @@ def import_model(
         decoding=decoding_of(hf_dir, hf, the_task),
     )
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / SPM_FILE) as tmp:
-        shutil.copyfile(vocabulary.spm_file, tmp)
-    with atomic_path(out / VOCAB_FILE) as tmp:
-        tmp.write_text(json.dumps(vocabulary.vocab, ensure_ascii=False), encoding="utf-8")
+    vocabulary.write(out)
     return save_checkpoint(out, model, meta)

@@ -14,6 +14,7 @@ import sentencepiece as spm
 from model.config import ModelConfig
 from model.errors import CheckpointError, ConfigError, InputError, UnknownLanguageError, check_readable
 
+TokenizerKind = Literal["sentencepiece", "bpe"]
 SourceLanguage = Literal["none", "prefix"]
 TargetLanguage = Literal["none", "forced", "source"]
 
@@ -38,6 +39,9 @@ class SpecialIds:
 class TokenizerConfig:
     """Which files in a checkpoint hold the tokenizer, and how pieces map to ids."""
 
+    # "sentencepiece": SentencePiece models (every family but BART); "bpe": a byte-level BPE tokenizer.json that
+    # the tokenizers library reads (BART's), source_model naming it
+
     source_model: str = "spm.model"
     target_model: str = "spm.model"  # the same file when the vocabulary is shared
     # Marian checkpoints map SentencePiece pieces to ids through JSON vocabularies instead of the
@@ -45,6 +49,7 @@ class TokenizerConfig:
     source_vocab: str | None = None
     target_vocab: str | None = None
     special: SpecialIds = field(default_factory=SpecialIds)
+    kind: TokenizerKind = "sentencepiece"
     # A multilingual model's language tokens, by the codes it knows: "de" -> "__de__" (M2M100), "deu_Latn" ->
     # "deu_Latn" (NLLB), "deu" -> ">>deu<<" (multilingual Marian). Empty for a model of one language pair.
     languages: dict[str, str] = field(default_factory=dict)
@@ -56,6 +61,10 @@ class TokenizerConfig:
     target_prefix: tuple[str, ...] = ()  # pieces every output starts with, forced (BART's <s>)
 
     def __post_init__(self) -> None:
+        if self.kind not in ("sentencepiece", "bpe"):
+            raise ConfigError(f"tokenizer type must be sentencepiece or bpe, got {self.kind!r}")
+        if self.kind == "bpe" and not self.shared:
+            raise ConfigError("a byte-level BPE tokenizer is one file for source and target")
         if self.source_language not in ("none", "prefix") or self.target_language not in ("none", "forced", "source"):
             raise ConfigError(f"bad language placement {self.source_language!r}, {self.target_language!r}")
         if (self.source_language != "none" or self.target_language != "none") and not self.languages:
@@ -71,7 +80,7 @@ class TokenizerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "type": "sentencepiece",
+            "type": self.kind,
             "source_model": self.source_model,
             "target_model": self.target_model,
             "source_vocab": self.source_vocab,
@@ -90,8 +99,7 @@ class TokenizerConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TokenizerConfig:
         data = dict(data)
-        if data.pop("type", "sentencepiece") != "sentencepiece":
-            raise ConfigError("only SentencePiece tokenizers are supported")
+        data["kind"] = data.pop("type", "sentencepiece")
         try:
             special = SpecialIds(**data.pop("special", {}))
             for name in ("source_prefix", "target_prefix"):
@@ -166,6 +174,44 @@ class Languages:
 NO_LANGUAGES = Languages()  # a model of one language pair, with no fixed prefixes
 
 
+class _ByteLevel:
+    """A byte-level BPE tokenizer (BART's), read by the tokenizers library from a tokenizer.json: _Side's
+    interface. Its pieces are bytes written as characters, a word's first starting with Ġ (a space)."""
+
+    def __init__(self, path: Path, unk: int) -> None:
+        from tokenizers import Tokenizer as Bpe
+
+        check_readable(path)
+        if not path.is_file():
+            raise CheckpointError(path, "tokenizer file is missing")
+        try:
+            self.bpe = Bpe.from_file(str(path))
+        except Exception as e:  # the library raises its own exception type for a malformed file
+            raise CheckpointError(path, f"not a valid tokenizer.json ({str(e)[:200]})") from e
+        vocab = self.bpe.get_vocab(with_added_tokens=True)
+        self.pieces = [""] * (max(vocab.values()) + 1)
+        for piece, i in vocab.items():
+            self.pieces[i] = piece
+        self.unk = unk
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def encode(self, text: str) -> list[str]:
+        check_unicode(text)
+        return list(self.bpe.encode(text, add_special_tokens=False).tokens)
+
+    def to_ids(self, pieces: list[str]) -> list[int]:
+        ids = (self.bpe.token_to_id(p) for p in pieces)
+        return [self.unk if i is None else i for i in ids]
+
+    def piece(self, i: int) -> str:
+        return self.pieces[i] if i < len(self.pieces) else self.pieces[self.unk]
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.bpe.decode(ids, skip_special_tokens=False))
+
+
 class Tokenizer:
     """Turns source text into ids (pieces plus EOS) and target ids back into text."""
 
@@ -173,10 +219,16 @@ class Tokenizer:
         directory = Path(directory)
         self.cfg = cfg
         self.special = cfg.special
-        self.source = _Side(directory, cfg.source_model, cfg.source_vocab, cfg.special.unk)
-        self.target = (
-            self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
-        )
+        self.source: _Side | _ByteLevel
+        self.target: _Side | _ByteLevel
+        if cfg.kind == "bpe":
+            self.source = self.target = _ByteLevel(directory / cfg.source_model, cfg.special.unk)
+        else:
+            self.source = _Side(directory, cfg.source_model, cfg.source_vocab, cfg.special.unk)
+            self.target = (
+                self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
+            )
+        self.word_mark = "Ġ" if cfg.kind == "bpe" else "▁"  # the mark of a piece that starts a word
         self.language_ids = {code: self._token_id(self.source, token) for code, token in cfg.languages.items()}
         target_language_ids = {self._token_id(self.target, t) for t in cfg.languages.values()}
         special = cfg.special
@@ -187,7 +239,7 @@ class Tokenizer:
     def multilingual(self) -> bool:
         return bool(self.language_ids)
 
-    def _token_id(self, side: _Side, piece: str) -> int:
+    def _token_id(self, side: _Side | _ByteLevel, piece: str) -> int:
         """The id of a special piece (a language token), which the vocabulary must hold."""
         (i,) = side.to_ids([piece])
         if i == self.special.unk and piece != side.pieces[self.special.unk]:
@@ -217,8 +269,9 @@ class Tokenizer:
         return frozenset("".join(self.source.pieces))
 
     def readable(self, character: str) -> bool:
-        """Whether the model reads this character (model.protect keeps a word with one it does not)."""
-        return character in self.source_characters or character.isspace()
+        """Whether the model reads this character (model.protect keeps a word with one it does not); a byte-level
+        BPE reads every one."""
+        return self.cfg.kind == "bpe" or character in self.source_characters or character.isspace()
 
     def source_pieces(self, text: str) -> list[str]:
         return self.source.encode(text) + [self.source.pieces[self.special.eos]]

@@ -83,18 +83,19 @@ def read_segments(
     return out
 
 
-def word_index(pieces: list[str]) -> list[int]:
-    """For each SentencePiece piece, the index of the word it belongs to (a piece starting with ▁ starts one)."""
+def word_index(pieces: list[str], mark: str = "▁") -> list[int]:
+    """For each piece, the index of the word it belongs to (a piece starting with the mark starts one: ▁ for
+    SentencePiece, Ġ for byte-level BPE)."""
     out, word = [], -1
     for p in pieces:
-        word += p.startswith("▁") or word < 0
+        word += p.startswith(mark) or word < 0
         out.append(word)
     return out
 
 
-def word_starts(pieces: list[str]) -> list[int]:
+def word_starts(pieces: list[str], mark: str = "▁") -> list[int]:
     """The index of each word's first piece."""
-    index = word_index(pieces)
+    index = word_index(pieces, mark)
     return [i for i, w in enumerate(index) if i == 0 or w != index[i - 1]]
 
 
@@ -302,8 +303,9 @@ class Translator:
         and pieces do not pair up (a tokenizer that normalizes spaces away)."""
         words = source.protected.read_words(source.sentence)
         out_words = [m.span() for m in WORD.finditer(output)]
-        first_piece = word_starts(pieces)
-        out_word_of = word_index(tokens)
+        mark = self.tokenizer.word_mark
+        first_piece = word_starts(pieces, mark)
+        out_word_of = word_index(tokens, mark)
         if words is None or len(first_piece) != len(words) or max(out_word_of, default=-1) + 1 != len(out_words):
             return []
         pairs = []
@@ -319,8 +321,9 @@ class Translator:
         """Where each kept span goes in text (the model's output of out_ids): before the output word aligned with
         the next source word after it, else after (and before the punctuation of) the one aligned with the source
         word before it. pieces: the source pieces the model read, EOS left out."""
-        words = [i for i, p in enumerate(pieces) if p.strip("▁" + EDGE_PUNCTUATION)]  # pieces that are not punctuation
-        starts = [j for j, p in enumerate(self.tokenizer.target_pieces(out_ids)) if p.startswith("▁")]
+        mark = self.tokenizer.word_mark
+        words = [i for i, p in enumerate(pieces) if p.strip(mark + EDGE_PUNCTUATION)]  # pieces that are not punctuation
+        starts = [j for j, p in enumerate(self.tokenizer.target_pieces(out_ids)) if p.startswith(mark)]
         at = lambda j: len(self.tokenizer.decode_target(out_ids[:j]))  # noqa: E731 - output characters before token j
         last = len(out_ids) - 1
         places = []

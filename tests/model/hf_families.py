@@ -22,7 +22,7 @@ from model.layers import sinusoid_table
 from tests.conftest import MARIAN_CROSS_GAIN, MARIAN_EOS_NORM, MARIAN_INIT_STD, make_sentences
 
 SOURCE = {"m2m100": ("en", "de"), "nllb": ("eng_Latn", "deu_Latn"), "mbart50": ("en_XX", "de_DE")}
-FAMILIES = ("m2m100", "nllb", "mbart50", "pegasus")
+FAMILIES = ("m2m100", "nllb", "mbart50", "pegasus", "bart")
 MAX_POSITIONS = 128
 
 
@@ -74,6 +74,8 @@ def _tokenizer(name: str, directory: Path) -> tuple[Any, str]:
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
     work = directory / "spm"
+    if name == "bart":
+        return _bart_tokenizer(work), ""
     if name == "pegasus":
         model_file = train_spm(work, "unigram", 120, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
         shutil.copyfile(model_file, work / "spiece.model")
@@ -102,8 +104,23 @@ def _tokenizer(name: str, directory: Path) -> tuple[Any, str]:
     return MBart50Tokenizer.from_pretrained(str(work), src_lang="en_XX", tgt_lang="de_DE"), "sentencepiece.bpe.model"
 
 
+def _bart_tokenizer(work: Path) -> Any:
+    """BART's tokenizer over a byte-level BPE trained here with the tokenizers library (vocab.json, merges.txt)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartTokenizer
+
+    work.mkdir(parents=True, exist_ok=True)
+    bpe = ByteLevelBPETokenizer()
+    texts = make_sentences(2000, seed=7) + ["Ñandú façade naïve — “quoted” 123 !?"] * 5
+    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=2, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    bpe.save_model(str(work))
+    return BartTokenizer.from_pretrained(str(work))
+
+
 def _model(name: str, vocab_size: int, pad: int, eos: int, start: int) -> Any:
     from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
         M2M100Config,
         M2M100ForConditionalGeneration,
         MBartConfig,
@@ -134,6 +151,9 @@ def _model(name: str, vocab_size: int, pad: int, eos: int, start: int) -> Any:
         return M2M100ForConditionalGeneration(M2M100Config(activation_function="relu", **shape))
     if name == "mbart50":
         return MBartForConditionalGeneration(MBartConfig(activation_function="gelu", **shape))
+    if name == "bart":  # BART-large's: no embedding scale, <s> forced as the output's first token
+        shape = {**shape, "scale_embedding": False, "forced_bos_token_id": 0}
+        return BartForConditionalGeneration(BartConfig(activation_function="gelu", **shape))
     params = {"summarization_test": {"num_beams": 3, "length_penalty": 0.8, "max_length": 30, "min_length": 2}}
     return PegasusForConditionalGeneration(
         PegasusConfig(activation_function="relu", task_specific_params=params, **shape)
@@ -149,7 +169,7 @@ def _shape(name: str, model: Any, eos: int) -> None:
         layer.encoder_attn.v_proj.weight.mul_(MARIAN_CROSS_GAIN)
         layer.encoder_attn.out_proj.weight.mul_(MARIAN_CROSS_GAIN)
     d = inner.config.d_model
-    if name == "mbart50":  # learned positions: make them a sin | cos table, so that they rise as sinusoids do
+    if name in ("mbart50", "bart"):  # learned positions: make them a sin | cos table, rising as sinusoids do
         table = sinusoid_table(MAX_POSITIONS, d, "halves")
         for side in (inner.encoder, inner.decoder):
             side.embed_positions.weight[2:] = table
@@ -165,6 +185,9 @@ def _shape(name: str, model: Any, eos: int) -> None:
     for norm in (inner.encoder, inner.decoder):
         if hasattr(norm, "layer_norm") and norm.layer_norm is not None:
             norm.layer_norm.bias.normal_(0.0, 0.1)  # final LayerNorms that are not the identity
+    if name == "bart":  # unscaled embeddings (BART-large's): make them as large as scaled ones, so tokens matter
+        inner.shared.weight.mul_(d**0.5)
+        model.final_logits_bias[0, 0] = -3.0  # the forced <s> would otherwise repeat itself
     inner.shared.weight[eos] = MARIAN_EOS_NORM * direction
 
 
@@ -184,11 +207,15 @@ def build_family_dir(name: str, directory: Path, seed: int = 0) -> Family:
     vocab_size = max(len(tokenizer), *tokenizer.get_vocab().values(), *languages.values()) + 1
     model = _model(name, vocab_size, pad, eos, start).eval()
     _shape(name, model, eos)
+    if name == "bart":  # as bart-large-cnn's: <s> forced after the start symbol
+        model.generation_config.forced_bos_token_id = 0
     hf_dir = directory / "hf"
     tokenizer.save_pretrained(str(hf_dir))
     model.save_pretrained(str(hf_dir))
-    if not (hf_dir / spm_name).exists():  # the hub keeps the SentencePiece model beside tokenizer.json
+    if spm_name and not (hf_dir / spm_name).exists():  # the hub keeps the SentencePiece model beside tokenizer.json
         shutil.copyfile(directory / "spm" / spm_name, hf_dir / spm_name)
     source, target = SOURCE.get(name, (None, None))
     forced = tokenizer.convert_tokens_to_ids(target if name != "m2m100" else f"__{target}__") if target else None
+    if name == "bart":
+        forced = 0
     return Family(name, hf_dir, model, tokenizer, pad, eos, start, forced, source, target)

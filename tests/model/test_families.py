@@ -19,7 +19,6 @@ from safetensors.torch import load_file, save_file
 from model.checkpoint import read_meta
 from model.errors import CheckpointError, ConfigError, UnknownLanguageError
 from model.families import import_model
-from model.tokenizer import NO_LANGUAGES
 from model.translator import Translator
 from service.cli import main
 from tests.conftest import make_sentences
@@ -35,7 +34,7 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="module")
 def imported(family: Family, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    task = "summarization" if family.name == "pegasus" else None
+    task = "summarization" if family.name in ("pegasus", "bart") else None
     return import_model(family.hf_dir, tmp_path_factory.mktemp("ours") / family.name, task=task)
 
 
@@ -120,8 +119,8 @@ def test_search_equals_transformers_generate(
 
 def test_pairs_mix_in_one_search_each_as_alone(translator: Translator, family: Family, texts: list[str]) -> None:
     """Continuous batching mixes language pairs: each row is forced to its own target language."""
-    if not translator.tokenizer.multilingual:  # one pair: no language ids, whatever codes a caller names
-        assert translator.languages("xx", "yy") == translator.languages() == NO_LANGUAGES
+    if not translator.tokenizer.multilingual:  # one pair: the same ids whatever codes a caller names
+        assert translator.languages("xx", "yy") == translator.languages()
         return
     codes = sorted(translator.tokenizer.language_ids)
     targets = [family.target, codes[0], codes[-1]]
@@ -147,9 +146,12 @@ def test_pairs_mix_in_one_search_each_as_alone(translator: Translator, family: F
 def test_imported_meta(imported: Path, family: Family) -> None:
     meta = read_meta(imported)
     data = json.loads((imported / "config.json").read_text(encoding="utf-8"))
-    assert data["extra"]["imported_from"] in ("m2m_100", "mbart", "pegasus")
+    assert data["extra"]["imported_from"] in ("m2m_100", "mbart", "pegasus", "bart")
     assert meta.decoding.length_penalty_form == "average"  # transformers' |Y|^alpha
-    if family.name == "pegasus":  # a summarizer, with the settings of its task_specific_params
+    if family.name == "bart":  # <s> text </s>, and <s> forced first as bart-large-cnn's forced_bos_token_id
+        assert meta.task == "summarization" and meta.tokenizer.kind == "bpe"
+        assert (meta.tokenizer.source_prefix, meta.tokenizer.target_prefix) == (("<s>",), ("<s>",))
+    elif family.name == "pegasus":  # a summarizer, with the settings of its task_specific_params
         assert meta.task == "summarization"
         assert (meta.decoding.beam_size, meta.decoding.length_penalty) == (3, 0.8)
         assert (meta.decoding.max_len_b, meta.decoding.min_length) == (28, 1)
@@ -202,7 +204,9 @@ def test_a_tokenizer_of_another_model_is_refused(family: Family, tmp_path: Path)
         {k: v[:100].contiguous() if v.dim() and v.size(0) > 100 else v for k, v in tensors.items()},
         str(hf / "model.safetensors"),
     )
-    with pytest.raises(CheckpointError, match=r"\.model: the tokenizer gives ids up to \d+, but the model has 100"):
+    with pytest.raises(
+        CheckpointError, match=r"\.(model|json): the tokenizer gives ids up to \d+, but the model has 100"
+    ):
         import_model(hf, tmp_path / "out", task="translation")
 
 
@@ -222,7 +226,7 @@ def test_the_import_and_translate_commands(
     family: Family, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "ours"
-    task = ["--task", "summarization"] if family.name == "pegasus" else []
+    task = ["--task", "summarization"] if family.name in ("pegasus", "bart") else []
     langs = ["--source-lang", family.source, "--target-lang", family.target] if family.source and family.target else []
     assert main(["import", str(family.hf_dir), str(out), *task, *langs]) == 0
     texts = make_sentences(3, seed=4)
@@ -250,7 +254,7 @@ def test_the_service_translates_between_a_multilingual_models_languages(
     client = ready_client(models)
     try:
         texts = make_sentences(3, seed=9)
-        if family.name == "pegasus":  # a summarizer: served on /summarize
+        if read_meta(imported).task == "summarization":  # served on /summarize
             r = client.post("/summarize", json={"q": texts, "model": family.name})
             assert r.status_code == 200 and len(r.json()["summaries"]) == 3, r.text
             return
