@@ -4,6 +4,8 @@ when its tokenizer files do not list them."""
 
 from __future__ import annotations
 
+import langcodes
+
 M2M100: tuple[str, ...] = (
     "af",
     "am",
@@ -366,3 +368,30 @@ MBART50: tuple[str, ...] = (
     "gl_ES",
     "sl_SI",
 )
+
+
+def iso_639_1(code: str) -> str | None:
+    """The two-letter ISO 639-1 code of a model's own language code ("eng_Latn", "en_XX", "__en__"'s "en", "ast"),
+    None where the language has none. Individual languages map to their macrolanguage's code, as users name them
+    (arb: Standard Arabic, "ar"); langcodes knows which."""
+    base = code.replace("-", "_").split("_")[0].lower()
+    try:
+        tag = langcodes.standardize_tag(base, macro=True)
+    except (ValueError, LookupError):  # not a language tag at all
+        return None
+    return tag if len(tag) == 2 and tag.isalpha() else None
+
+
+def public_codes(own: list[str]) -> dict[str, str]:
+    """The code users name each of a model's languages by: ISO 639-1 where the language has one and no earlier
+    language of the model took it (zho_Hans before zho_Hant: "zh"), else the model's own code."""
+    taken = set(own)
+    out = {}
+    for code in own:
+        iso = iso_639_1(code)
+        if iso is not None and iso not in taken:
+            taken.add(iso)
+            out[code] = iso
+        else:
+            out[code] = code
+    return out

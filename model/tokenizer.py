@@ -13,6 +13,7 @@ import sentencepiece as spm
 
 from model.config import ModelConfig
 from model.errors import CheckpointError, ConfigError, InputError, UnknownLanguageError, check_readable
+from model.language_codes import public_codes
 
 TokenizerKind = Literal["sentencepiece", "bpe"]
 SourceLanguage = Literal["none", "prefix"]
@@ -229,7 +230,10 @@ class Tokenizer:
                 self.source if cfg.shared else _Side(directory, cfg.target_model, cfg.target_vocab, cfg.special.unk)
             )
         self.word_mark = "Ġ" if cfg.kind == "bpe" else "▁"  # the mark of a piece that starts a word
+        # By the model's own codes, and by the ISO 639-1 code of each language that has one (language_codes).
+        self.public = public_codes(list(cfg.languages))  # own code -> the code users name it by
         self.language_ids = {code: self._token_id(self.source, token) for code, token in cfg.languages.items()}
+        self.language_ids |= {public: self.language_ids[own] for own, public in self.public.items()}
         target_language_ids = {self._token_id(self.target, t) for t in cfg.languages.values()}
         special = cfg.special
         self.hidden = {special.pad, special.eos, special.bos, special.decoder_start} | target_language_ids
@@ -260,8 +264,14 @@ class Tokenizer:
 
     def _language(self, side: str, code: str | None) -> int:
         if code is None or code not in self.language_ids:
-            raise UnknownLanguageError(side, code, sorted(self.language_ids))
+            raise UnknownLanguageError(side, code, sorted(self.public.values()))
         return self.language_ids[code]
+
+    def own_code(self, code: str) -> str | None:
+        """The model's own code for a language named by its own or its ISO 639-1 code; None if it has none."""
+        if code in self.cfg.languages:
+            return code
+        return next((own for own, public in self.public.items() if public == code), None)
 
     @functools.cached_property
     def source_characters(self) -> frozenset[str]:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
-from model.errors import CheckpointError, InputError, InputTooLongError, ModelError
+from model.errors import CheckpointError, InputError, InputTooLongError, ModelError, UnknownLanguageError
 from model.segment import Segmented, segment
-from model.tokenizer import Tokenizer
+from model.tokenizer import NO_LANGUAGES, Languages, Tokenizer
 from model.translator import Translator, read_segments
 from service.errors import InvalidRequest, ModelNotFound
 from service.settings import ServiceSettings
@@ -39,6 +39,33 @@ class ModelInfo:
     def max_len(self) -> int:
         return self.meta.model.max_len
 
+    @property
+    def multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    def languages(self) -> list[str]:
+        """A multilingual model's languages, by the codes users name them by (ISO 639-1 where one exists)."""
+        return sorted(self.tokenizer.public.values())
+
+    def knows(self, code: str) -> bool:
+        return self.tokenizer.own_code(code) is not None
+
+    def pair(self, source: str | None, target: str | None) -> tuple[str | None, str | None]:
+        """A multilingual model's own codes for a request's source and target (its defaults where not given),
+        checked: InvalidRequest names an unknown or missing one. (None, None) for a model of one pair."""
+        if not self.multilingual:
+            return None, None
+        own = []
+        for side, code, default in (
+            ("source", source, self.meta.source_lang),
+            ("target", target, self.meta.target_lang),
+        ):
+            found = self.tokenizer.own_code(code) if code else default
+            if found is None:
+                raise InvalidRequest(side, str(UnknownLanguageError(side, code, self.languages())))
+            own.append(found)
+        return own[0], own[1]
+
     def dtype(self, configured: str) -> str:
         """The dtype it is served in: int8 for an int8 checkpoint (`transformer quantize`), else configured."""
         return "int8" if self.meta.weights == "int8" else configured
@@ -47,10 +74,12 @@ class ModelInfo:
         """The text in the segments the model reads (model.segment), as a worker's Translator cuts it."""
         return segment(text, self.meta.source_lang, self.meta.task)
 
-    def source_lengths(self, text: str, field: str, truncate: bool, most_segments: int) -> list[int]:
-        """Source tokens of each of text's segments as the encoder takes them (EOS included); InvalidRequest when
-        it has more than most_segments of them, or when the model cannot take one (too long without truncate,
-        invalid Unicode)."""
+    def source_lengths(
+        self, text: str, field: str, truncate: bool, most_segments: int, languages: Languages = NO_LANGUAGES
+    ) -> list[int]:
+        """Source tokens of each of text's segments as the encoder takes them (EOS and the languages' source ids
+        included); InvalidRequest when it has more than most_segments of them, or when the model cannot take one
+        (too long without truncate, invalid Unicode)."""
         segmented = self.segment(text)
         if len(segmented.spans) > most_segments:
             raise InvalidRequest(
@@ -59,7 +88,8 @@ class ModelInfo:
                 "(TRANSFORMER_MAX_SENTENCES): send it in parts",
             )
         try:  # as the worker's Translator reads it
-            return [len(s.ids) for s in read_segments([segmented], self.tokenizer, self.meta.model, truncate)]
+            sources = read_segments([segmented], self.tokenizer, self.meta.model, truncate, languages)
+            return [len(s.ids) for s in sources]
         except InputTooLongError as e:  # the field names the text: the error names only the sentence
             raise InvalidRequest(field, str(InputTooLongError(e.length, e.limit, sentence=e.sentence))) from None
         except InputError as e:
@@ -112,6 +142,15 @@ class Registry:
             and (source is None or m.meta.source_lang == source)
             and (target is None or m.meta.target_lang == target)
         ]
+        if not found:  # no model of that one pair: a multilingual one that knows both languages
+            found = [
+                m
+                for m in self.models.values()
+                if m.task == task
+                and m.multilingual
+                and (source is None or m.knows(source))
+                and (target is None or m.knows(target))
+            ]
         if len(found) == 1:
             return found[0]
         of_task = sorted(m.id for m in self.models.values() if m.task == task)
@@ -125,13 +164,23 @@ class Registry:
         )
 
     def lengths(
-        self, model: str, texts: list[str], truncate: bool, field: str = "q", most_segments: int = 1_000_000
+        self,
+        model: str,
+        texts: list[str],
+        truncate: bool,
+        field: str = "q",
+        most_segments: int = 1_000_000,
+        pair: tuple[str | None, str | None] = (None, None),
     ) -> list[int]:
-        """Check texts against a model; returns the source tokens of each of their segments, in order. CPU
-        work: callers on the event loop run it in a thread for all but short texts."""
+        """Check texts against a model (a multilingual one's pair: its own codes); returns the source tokens of
+        each of their segments, in order. CPU work: callers on the event loop run it in a thread for all but
+        short texts."""
         info = self.get(model)
+        languages = info.tokenizer.languages(*pair) if info.multilingual else info.tokenizer.languages(None, None)
         return [
-            n for i, t in enumerate(texts) for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments)
+            n
+            for i, t in enumerate(texts)
+            for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments, languages)
         ]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:

@@ -82,13 +82,17 @@ async def translate_file(
     sample = "\n".join(read.texts[:50])[:SAMPLE_CHARS]
     given = {k: v for k, v in {"beam_size": beam_size, "max_length": max_length}.items() if v is not None}
     req = TextRequest(q=sample, source=source, target=target, model=model, **given)
-    [info], _ = resolve(service, "translation", req, [sample])
+    [info], guesses = resolve(service, "translation", req, [sample])
+    detected = guesses[0].language if guesses and info.multilingual else None
+    pair = info.pair(detected or (None if source == "auto" else source), target)
     job = Job(
         info.id,
         read.texts,
         options_of(req, s, info),
         background=True,
         truncate=truncate,
+        source_lang=pair[0],
+        target_lang=pair[1],
         align=read.align,
         owner=owner,
         file=name,

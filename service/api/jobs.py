@@ -50,7 +50,17 @@ async def submit_job(req: JobRequest, response: Response, service: ReadyService,
     s = service.settings
     check_texts(req.texts, "texts", s.max_job_texts, s)
     info = service.registry.resolve(req.task, req.model, req.source, req.target)
-    job = Job(info.id, req.texts, options_of(req, s, info), background=True, truncate=req.truncate, owner=owner)
+    source, target = info.pair(req.source, req.target)
+    job = Job(
+        info.id,
+        req.texts,
+        options_of(req, s, info),
+        background=True,
+        truncate=req.truncate,
+        source_lang=source,
+        target_lang=target,
+        owner=owner,
+    )
     await checked_lengths(service, job, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await service.queue.submit(job)
     response.headers["Location"] = f"/jobs/{job.id}"

@@ -71,6 +71,7 @@ async def models(service: ReadyService, _: Owner) -> ModelsResponse:
             task=m.task,
             source=m.meta.source_lang,
             target=m.meta.target_lang,
+            languages=m.languages() if m.multilingual else None,
             max_length=m.max_len,
             reads_first=m.meta.model.read_first or None,
             parameters={

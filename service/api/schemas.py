@@ -355,6 +355,11 @@ class ModelEntry(BaseModel):
     task: str
     source: str | None
     target: str | None
+    languages: list[str] | None = Field(
+        None,
+        description="a multilingual model's languages (ISO 639-1 codes where one exists, else the model's own): "
+        "it translates between any two; source and target are then its defaults, if any",
+    )
     max_length: int = Field(description="longest input in tokens")
     reads_first: int | None = Field(
         None,

@@ -16,7 +16,7 @@ from starlette.types import Receive
 
 from model import output
 from model.config import DecodingConfig
-from model.errors import ConfigError, InputError, InputTooLongError, UnknownLanguageError
+from model.errors import ConfigError, InputError, InputTooLongError
 from model.markup import Document, render
 from model.segment import sections
 from service.api.deps import Owner, ReadyService
@@ -115,7 +115,14 @@ async def checked_lengths(service: Service, job: Job, field: str, limit: int, se
     """Tokenize the job's texts, segment by segment (model.segment: sentences, as the worker will cut them), and
     check its cost; the lengths of every segment, in order. Short texts are tokenized on the event loop (tens of
     microseconds, less than handing them to a thread); longer ones in a thread, so that the loop keeps answering."""
-    args = (job.model, job.texts, job.truncate, field, service.settings.max_sentences)
+    args = (
+        job.model,
+        job.texts,
+        job.truncate,
+        field,
+        service.settings.max_sentences,
+        (job.source_lang, job.target_lang),
+    )
     if sum(len(t) for t in job.texts) <= INLINE_CHARS:
         lengths = service.registry.lengths(*args)
     else:
@@ -141,6 +148,13 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
         m.meta.source_lang
         for m in service.registry.models.values()
         if m.task == task and m.meta.source_lang and (req.target is None or m.meta.target_lang == req.target)
+    }
+    fits |= {
+        code
+        for m in service.registry.models.values()
+        if m.task == task and m.multilingual and (req.target is None or m.knows(req.target))
+        for code in m.languages()
+        if code != req.target
     }
     if not fits:
         return [service.registry.resolve(task, None, None, req.target)] * len(texts), []
@@ -217,33 +231,29 @@ async def decode_texts(
     check_texts(texts, "q", s.max_texts, s)
     infos, guesses = resolve(service, task, req, texts)
     outputs: list[Output | None] = [None] * len(texts)
-    for model in dict.fromkeys(m.id for m in infos):
-        mine = [i for i, m in enumerate(infos) if m.id == model]
-        info = infos[mine[0]]
+    # One job per model, and for a multilingual one per detected source language.
+    keys = [(m.id, guesses[i].language if guesses and m.multilingual else None) for i, m in enumerate(infos)]
+    for key in dict.fromkeys(keys):
+        mine = [i for i, k in enumerate(keys) if k == key]
+        info, texts_of = infos[mine[0]], [texts[i] for i in mine]
         for i, out in zip(
-            mine, await decode_with(service, info, req, [texts[i] for i in mine], owner, request), strict=True
+            mine, await decode_with(service, info, req, texts_of, owner, request, source=key[1]), strict=True
         ):
             outputs[i] = out
     return infos, [o for o in outputs if o is not None], guesses
 
 
-def languages_of(info: ModelInfo, source: str | None, target: str | None) -> tuple[str | None, str | None]:
-    """A multilingual model's source and target codes for a request (its own by default), checked: an unknown
-    or missing one is the request's error (422), not the worker's."""
-    if not info.tokenizer.multilingual:
-        return None, None
-    source = None if source == "auto" else source
-    try:
-        info.tokenizer.languages(source or info.meta.source_lang, target or info.meta.target_lang)
-    except UnknownLanguageError as e:
-        raise InvalidRequest(e.side, str(e)) from None
-    return source, target
-
-
 async def decode_with(
-    service: Service, info: ModelInfo, req: TextRequest, texts: list[str], owner: str | None, request: Request
+    service: Service,
+    info: ModelInfo,
+    req: TextRequest,
+    texts: list[str],
+    owner: str | None,
+    request: Request,
+    source: str | None = None,
 ) -> list[Output]:
-    """Decode texts with one model as one job: one output per text (format html: model.markup)."""
+    """Decode texts with one model as one job: one output per text (format html: model.markup); source, the
+    language detected for them where the request says "auto"."""
     s = service.settings
     options = options_of(req, s, info, n_best_at_least=1 + req.alternatives)
     large = sum(len(t) for t in texts) > INLINE_CHARS  # parsed and rendered in a thread: the loop keeps answering
@@ -255,9 +265,9 @@ async def decode_with(
     if pieces:
         deadline = time.time() + s.request_timeout_s
         html = documents is not None
-        source, target = languages_of(info, req.source, req.target)
+        pair = info.pair(source or (None if req.source == "auto" else req.source), req.target)
         job = Job(info.id, pieces, options, truncate=req.truncate, align=html, owner=owner, deadline=deadline)
-        job = replace(job, source_lang=source, target_lang=target)
+        job = replace(job, source_lang=pair[0], target_lang=pair[1])
         await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         found = (await run(service, job, request)).outputs
     if documents is None:
@@ -319,7 +329,11 @@ async def languages(service: ReadyService) -> list[Language]:
     """The source languages of the translation models and each one's targets (LibreTranslate's GET /languages)."""
     targets: dict[str, set[str]] = {}
     for m in service.registry.models.values():
-        if m.task == "translation" and m.meta.source_lang and m.meta.target_lang:
+        if m.task == "translation" and m.multilingual:  # every pair of its languages
+            codes = m.languages()
+            for code in codes:
+                targets.setdefault(code, set()).update(c for c in codes if c != code)
+        elif m.task == "translation" and m.meta.source_lang and m.meta.target_lang:
             targets.setdefault(m.meta.source_lang, set()).add(m.meta.target_lang)
     return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
 
@@ -397,7 +411,9 @@ async def attention(req: AttentionRequest, service: ReadyService, owner: Owner, 
     selection = AttentionSelection(tuple(dict.fromkeys(req.kinds)), layers, heads, req.hypothesis, req.sentence)
     selection.check(info.meta.model)
     deadline = time.time() + s.request_timeout_s
+    source, target = info.pair(req.source, req.target)
     job = Job(info.id, [req.q], options, attention=selection, truncate=req.truncate, owner=owner, deadline=deadline)
+    job = replace(job, source_lang=source, target_lang=target)
     lengths = await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
     if req.sentence >= len(lengths):
         raise InvalidRequest("sentence", f"{req.sentence} is not an index of the text's {len(lengths)} sentences")
