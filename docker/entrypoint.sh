@@ -1,6 +1,7 @@
 #!/bin/sh
 # The image's entry point. The first argument picks what the container runs:
-#   api     (the default) the HTTP API:  transformer serve [ARGS...]
+#   api     (the default) the HTTP API:  transformer serve [ARGS...], after transformer import-models
+#           when TRANSFORMER_IMPORT_MODELS lists models to import into the models volume
 #   worker  a queue worker:              transformer worker [ARGS...]   (needs REDIS_URL)
 #   -...    options alone go to the API: transformer serve -...
 #   else    any other command, run as given: transformer import marian ..., bash, python ...
@@ -13,17 +14,26 @@ if [ "$#" -eq 0 ]; then
     set -- api
 fi
 
+# The API, after importing the models TRANSFORMER_IMPORT_MODELS lists into the models volume (once: a model
+# there already is reused).
+serve() {
+    if [ -n "${TRANSFORMER_IMPORT_MODELS:-}" ]; then
+        transformer import-models
+    fi
+    exec transformer serve "$@"
+}
+
 case "$1" in
     api)
         shift
-        exec transformer serve "$@"
+        serve "$@"
         ;;
     worker)
         shift
         exec transformer worker "$@"
         ;;
     -*)
-        exec transformer serve "$@"
+        serve "$@"
         ;;
 esac
 

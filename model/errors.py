@@ -74,6 +74,14 @@ class UnknownLanguageError(InputError):
         self.code = code
 
 
+class HubError(ModelError):
+    """A model could not be fetched by its hub id (model.hub)."""
+
+    def __init__(self, repo_id: str, reason: str) -> None:
+        super().__init__(f"{repo_id}: {reason}")
+        self.repo_id = repo_id
+
+
 class SearchStopped(ModelError):
     """A search was stopped by its caller before it finished (nobody wants its outputs any more)."""
 

@@ -23,6 +23,7 @@ from model.checkpoint import PICKLE_FILES, CheckpointMeta, Task, atomic_path, sa
 from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ConfigError, check_readable
 from model.hf_weights import convert_weights
+from model.hub import fetch, is_hub_id
 from model.marian import ACTIVATIONS, import_marian
 from model.tokenizer import SpecialIds, TokenizerConfig
 
@@ -331,7 +332,10 @@ def import_model(
     target_lang: str | None = None,
     task: str | None = None,
 ) -> Path:
-    """Convert a saved Hugging Face directory of any family we know into our checkpoint directory."""
+    """Convert a saved Hugging Face directory of any family we know into our checkpoint directory; src may be a
+    hub id, whose files are fetched first (model.hub)."""
+    if is_hub_id(str(src)):
+        src = fetch(str(src))
     hf_dir, out = Path(src), Path(out)
     check_readable(hf_dir)
     if not hf_dir.is_dir():
@@ -373,3 +377,42 @@ def import_model(
     out.mkdir(parents=True, exist_ok=True)
     vocabulary.write(out)
     return save_checkpoint(out, model, meta)
+
+
+def import_models(specs: list[str], models_dir: str | Path) -> list[Path]:
+    """A models directory's copies of models named SRC or SRC=NAME (SRC: a hub id, a Hugging Face directory, or
+    one of our checkpoints; NAME, its id there: SRC's last part by default), imported the first time and reused
+    after. Each is written beside the directory's models, and all are moved in once all are whole, so that a
+    service scanning the directory never sees half of one, nor (but for an instant) some of them."""
+    models_dir = Path(models_dir)
+    staged = [_staged(spec, models_dir) for spec in specs]
+    for staging, target in staged:
+        if staging is not None:
+            staging.rename(target)
+    return [target for _, target in staged]
+
+
+def import_once(spec: str, models_dir: str | Path) -> Path:
+    """import_models of one model."""
+    [path] = import_models([spec], models_dir)
+    return path
+
+
+def _staged(spec: str, models_dir: Path) -> tuple[Path | None, Path]:
+    """The model imported into a hidden directory beside its place (None where its place holds it already)."""
+    src, _, name = spec.partition("=")
+    name = name or Path(src.rstrip("/")).name
+    if not src or not name or name.startswith(".") or "/" in name:
+        raise ConfigError(f"bad model {spec!r}: give SRC or SRC=NAME, NAME a directory name")
+    target = models_dir / name
+    if (target / "config.json").is_file():
+        return None, target
+    models_dir.mkdir(parents=True, exist_ok=True)
+    staging = models_dir / f".{name}.importing"
+    shutil.rmtree(staging, ignore_errors=True)
+    ours = Path(src) / "config.json"
+    if ours.is_file() and "format_version" in read_json(ours, "config file"):  # one of our checkpoints: a copy
+        shutil.copytree(src, staging)
+    else:
+        import_model(src, staging)
+    return staging, target

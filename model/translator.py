@@ -270,7 +270,7 @@ class Translator:
         attention = self.attention(source.ids, hyp.ids, source.languages) if return_attention or kept or align else None
         text, tokens = self.tokenizer.decode_target(hyp.ids), self.tokenizer.target_pieces(hyp.ids)
         read = text
-        links = aligned(attention.cross) if attention is not None else []
+        links = aligned(attention.cross)[len(source.languages.source) :] if attention is not None else []
         pieces = self.tokenizer.source.encode(source.protected.text) if kept or align else []  # EOS left out
         spans: list[tuple[int, int]] = []
         moved = list(range(len(text) + 1))  # where each character of the model's output is in text
@@ -349,20 +349,21 @@ class Translator:
 
     @torch.inference_mode()
     def attention(self, src_ids: list[int], out_ids: list[int], languages: Languages = NO_LANGUAGES) -> AttentionMaps:
-        """Attention maps of a given output, recomputed with teacher forcing (equal to those of search); the
-        languages' ids (forced, not translated) are left out of them."""
+        """Attention maps of a given output, recomputed with teacher forcing (equal to those of search). The
+        source's language ids stay in (the model reads them); the output's forced ones are left out: rows from
+        the first searched token on, and the decoder's columns from the last forced one (its start) on."""
         special = self.tokenizer.special
         src = torch.tensor([src_ids], device=self.device)
         mask = torch.ones_like(src, dtype=torch.bool)
         tgt = torch.tensor([[special.decoder_start, *languages.target, *out_ids]], device=self.device)
         memory, enc = self.model.encode(src, mask, need_weights=True)
         _, dec = self.model.decode(tgt, memory, mask, need_weights=True)
-        s, t = len(languages.source), len(languages.target)  # rows and columns of the language ids
+        t = len(languages.target)  # rows (and decoder columns) of the forced ids
         stack = lambda maps: torch.cat(maps).float().cpu()  # noqa: E731 - N x (1, h, T, S) -> (N, h, T, S)
         return AttentionMaps(
-            source_tokens=[self.tokenizer.source.piece(i) for i in src_ids[s:]],
+            source_tokens=[self.tokenizer.source.piece(i) for i in src_ids],
             target_tokens=self.tokenizer.target_pieces([*out_ids, special.eos]),
-            cross=stack(dec.cross)[..., t:, s:],
-            encoder=stack(enc)[..., s:, s:],
+            cross=stack(dec.cross)[..., t:, :],
+            encoder=stack(enc),
             decoder=stack(dec.decoder)[..., t:, t:],
         )

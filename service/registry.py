@@ -163,6 +163,19 @@ class Registry:
             "name one with 'model' or narrow 'source' and 'target'",
         )
 
+    def pivot(self, task: str, source: str, target: str) -> tuple[ModelInfo, str, ModelInfo] | None:
+        """Where no model translates source to target: a model from source to some x and one from x to target
+        (x = English first, as LibreTranslate and Argos pivot), or None. Models that match ambiguously are passed
+        over, as are pairs that only a multilingual model's defaults would make."""
+        languages = {m.meta.target_lang for m in self.models.values() if m.meta.target_lang}
+        languages |= {code for m in self.models.values() if m.multilingual for code in m.languages()}
+        for x in sorted(languages - {source, target, None}, key=lambda code: (code != "en", code)):
+            try:
+                return self.resolve(task, None, source, x), x, self.resolve(task, None, x, target)
+            except (ModelNotFound, InvalidRequest):
+                continue
+        return None
+
     def lengths(
         self,
         model: str,

@@ -26,6 +26,9 @@ class ServiceSettings(BaseSettings):
     )
 
     models_dir: Path = Path("models")  # every subdirectory holding a config.json is a model
+    # `transformer import-models`: models to have in models_dir, imported once (model.families.import_once):
+    # comma-separated SRC or SRC=NAME, SRC a hub id (fetched on a machine that is online) or a directory
+    import_models: str = ""
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "TRANSFORMER_REDIS_URL"))
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

@@ -206,7 +206,14 @@ class TranslateResponse(BaseModel):
         None, description="with source 'auto': each text's language as detected, shaped like q (LibreTranslate)"
     )
     models: list[str] | None = Field(
-        None, description="with source 'auto' and texts in several languages: each text's model, in q's order"
+        None,
+        description="with source 'auto' and texts in several languages: each text's model, in q's order; when "
+        "pivoting, the two models, in the order they translated",
+    )
+    pivot: str | None = Field(
+        None,
+        description="the language translated through, when no model translates source to target directly but "
+        "one translates source to it and another it to target (LibreTranslate's and Argos's pivoting)",
     )
 
 

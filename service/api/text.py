@@ -46,6 +46,7 @@ from service.errors import (
     ClientClosed,
     InvalidRequest,
     JobFailed,
+    ModelNotFound,
     ResultTooLarge,
     TooCostly,
 )
@@ -305,7 +306,12 @@ def html_outputs(documents: list[Document], outputs: list[output.Output]) -> lis
 async def translate(req: TextRequest, service: ReadyService, owner: Owner, request: Request) -> TranslateResponse:
     """Translate one text or a list; choose the model by `model`, or by `source` and `target`. A text is
     translated sentence by sentence. LibreTranslate's clients work unchanged: form bodies, `api_key`,
-    `format: html`, `alternatives` and `source: "auto"` (each text's language detected)."""
+    `format: html`, `alternatives` and `source: "auto"` (each text's language detected). With no model from
+    `source` to `target`, but one from `source` to a language x and one from x to `target`, the texts are
+    translated through x (`pivot`)."""
+    route = pivot_route(service, req)
+    if route is not None:
+        return await pivoted(service, req, route, owner, request)
     infos, outputs, guesses = await decode_texts(service, req, "translation", owner, request)
     one = isinstance(req.q, str)
     best: str | list[str] = outputs[0].text if one else [o.text for o in outputs]
@@ -321,6 +327,46 @@ async def translate(req: TextRequest, service: ReadyService, owner: Owner, reque
         translations=outputs,
         detectedLanguage=(found[0] if one else found) if found else None,
         models=[m.id for m in infos] if len({m.id for m in infos}) > 1 else None,
+    )
+
+
+def pivot_route(service: Service, req: TextRequest) -> tuple[ModelInfo, str, ModelInfo] | None:
+    """The two models and the language between them, when the request names a pair that no model translates
+    directly (and no model by name, nor source "auto")."""
+    if req.model is not None or req.source in (None, "auto") or req.target is None:
+        return None
+    try:
+        service.registry.resolve("translation", None, req.source, req.target)
+        return None
+    except ModelNotFound:
+        return service.registry.pivot("translation", req.source, req.target)
+
+
+async def pivoted(
+    service: Service, req: TextRequest, route: tuple[ModelInfo, str, ModelInfo], owner: str | None, request: Request
+) -> TranslateResponse:
+    """Translate from source to the pivot language with the first model, and its best outputs on to target with
+    the second; alternatives are the second's."""
+    first, through, second = route
+    leg = req.model_copy(update={"model": first.id, "target": through, "alternatives": 0})
+    _, middle, _ = await decode_texts(service, leg, "translation", owner, request)
+    texts = [o.text for o in middle]
+    leg = req.model_copy(
+        update={"model": second.id, "source": through, "q": texts[0] if isinstance(req.q, str) else texts}
+    )
+    _, outputs, _ = await decode_texts(service, leg, "translation", owner, request)
+    one = isinstance(req.q, str)
+    alternatives: list[str] | list[list[str]] | None = None
+    if req.alternatives:
+        each = [[h.text for h in o.alternatives][: req.alternatives] for o in outputs]
+        alternatives = each[0] if one else each
+    return TranslateResponse(
+        model=second.id,
+        translatedText=outputs[0].text if one else [o.text for o in outputs],
+        alternatives=alternatives,
+        translations=outputs,
+        models=[first.id, second.id],
+        pivot=through,
     )
 
 

@@ -11,6 +11,7 @@ import training
 
 DEMO_CONFIG = Path(training.__file__).parent / "configs" / "demo-en-de.yaml"
 MODEL_ID = "demo-en-de"
+IMPORTED = Path("runs") / "demo-models"  # `demo --model`: each model imported once, in a models directory of its own
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +24,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="training config (default: the en->de demo)")
     p.add_argument("--retrain", action="store_true", help="train again even if a trained model exists")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="serve this model instead of training the small one: a hub id (fetched on a machine that is online), "
+        "a Hugging Face directory or one of our checkpoints, imported once into runs/demo-models and reused",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(run=run_demo)
@@ -44,15 +51,12 @@ def models_dir_for(run_dir: Path) -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.api.app import create_app
-    from service.logs import configure_logging
-    from service.settings import ServiceSettings
     from training.config import load_config
     from training.extras import require_train_extra
     from training.trainer import train
 
+    if args.model is not None:
+        return serve_demo(imported_models(args.model), args)
     cfg = load_config(str(args.config), [])
     run_dir = Path(cfg.run_dir)
     if args.retrain or not trained(run_dir):
@@ -61,7 +65,29 @@ def run_demo(args: argparse.Namespace) -> int:
         train(cfg, resume=not args.retrain)
     else:
         print(f"reusing the trained demo model in {run_dir / 'best'} (--retrain to train again)", file=sys.stderr)
-    settings = ServiceSettings(models_dir=models_dir_for(run_dir), host=args.host, port=args.port, redis_url=None)
+    return serve_demo(models_dir_for(run_dir), args)
+
+
+def imported_models(model: str) -> Path:
+    """A models directory holding only the model asked for, imported the first time (model.families)."""
+    from model.families import import_once
+
+    name = Path(model.rstrip("/")).name
+    models = IMPORTED / name
+    reused = (models / name / "config.json").is_file()
+    print(f"{'reusing' if reused else 'importing'} {model} in {models / name}", file=sys.stderr)
+    import_once(f"{model}={name}", models)
+    return models
+
+
+def serve_demo(models_dir: Path, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.logs import configure_logging
+    from service.settings import ServiceSettings
+
+    settings = ServiceSettings(models_dir=models_dir, host=args.host, port=args.port, redis_url=None)
     configure_logging(settings.log_format, access=False)  # the page is the interface: no line per request
     print(f"open http://{args.host}:{args.port}/ in a browser (Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None)

@@ -37,6 +37,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--name", default=None, help="consumer name (TRANSFORMER_WORKER_NAME); unique per worker")
     p.set_defaults(run=run_worker)
 
+    p = sub.add_parser(
+        "import-models",
+        help="import the models TRANSFORMER_IMPORT_MODELS lists into the models directory, those not there yet",
+        description="Each of the comma-separated SRC or SRC=NAME (SRC: a hub id, fetched on a machine that is "
+        "online, or a directory) is imported once into TRANSFORMER_MODELS_DIR/NAME and reused after; "
+        "the compose deploy runs this before the API and the workers start.",
+    )
+    p.add_argument("models", nargs="*", help="SRC or SRC=NAME, instead of TRANSFORMER_IMPORT_MODELS")
+    p.add_argument("--models-dir", default=None, help="directory of checkpoints (TRANSFORMER_MODELS_DIR)")
+    p.set_defaults(run=run_import_models)
+
 
 def settings_from(args: argparse.Namespace, **names: str) -> ServiceSettings:
     """Environment settings with the command line's overrides (option name -> settings field)."""
@@ -101,4 +112,17 @@ def run_worker(args: argparse.Namespace) -> int:
         with contextlib.suppress(Exception):  # Redis may be gone at shutdown; nothing to clean then
             queue.close()
     log.info("worker %s stopped", ", ".join(names))
+    return 0
+
+
+def run_import_models(args: argparse.Namespace) -> int:
+    from model.families import import_models
+
+    s = settings_from(args, models_dir="models_dir")
+    configure_logging(s.log_format)
+    log = logging.getLogger("service")
+    specs = args.models or [m.strip() for m in s.import_models.split(",") if m.strip()]
+    log.info("importing %s into %s, those not there yet", ", ".join(specs) or "no models", s.models_dir)
+    for spec, path in zip(specs, import_models(specs, s.models_dir), strict=True):
+        log.info("model %s: %s", spec, path)
     return 0

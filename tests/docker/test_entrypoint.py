@@ -82,6 +82,16 @@ def test_roles(env: dict[str, str], args: list[str], expected: list[str]) -> Non
     assert transformer_call(env, *args) == expected
 
 
+@pytest.mark.parametrize("args", [["api", "--port", "9000"], ["--port", "9000"]])
+def test_the_api_imports_the_listed_models_first(env: dict[str, str], args: list[str]) -> None:
+    """With TRANSFORMER_IMPORT_MODELS set, `transformer import-models` runs to its end, then the API is exec'd."""
+    pid, code, lines, err = run({**env, "TRANSFORMER_IMPORT_MODELS": "acme/tiny=tiny"}, *args)
+    assert code == 0, err
+    first, second = lines.index("arg=import-models"), lines.index("arg=serve")
+    assert lines[first - 1] != f"pid={pid}" and lines[second - 1] == f"pid={pid}" and first < second
+    assert transformer_call(env, *args) == ["serve", "--port", "9000"]  # unset: no import
+
+
 def test_passes_other_commands_through(env: dict[str, str]) -> None:
     assert transformer_call(env, "transformer", "import", "marian", "/in", "/models/en-de") == [
         "import",

@@ -268,3 +268,24 @@ def test_the_service_translates_between_a_multilingual_models_languages(
             assert r.status_code == 422 and "unknown target language 'xx_YY'" in r.text, r.text
     finally:
         client.__exit__(None, None, None)
+
+
+def test_int8_n_best_and_attention_maps_work_for_every_family(
+    imported: Path, translator: Translator, family: Family, texts: list[str]
+) -> None:
+    """int8 weights decode close to float32; n-best lists and attention maps leave the language ids out."""
+    pair = {"source_lang": family.source, "target_lang": family.target}
+    int8 = Translator.load(imported, device="cpu", dtype="int8")
+    best = [o.text for o in translator.translate(texts[:40], beam_size=4, **pair)]
+    best8 = [o.text for o in int8.translate(texts[:40], beam_size=4, **pair)]
+    assert sum(a == b for a, b in zip(best, best8, strict=True)) >= 24  # quantized: not equal everywhere
+    [out] = translator.translate(texts[:1], beam_size=4, n_best=3, return_attention=True, **pair)
+    assert len(out.hypotheses) == 3 and len({tuple(h.ids) for h in out.hypotheses}) == 3
+    maps = out.hypotheses[0].attention
+    assert maps is not None
+    languages = translator.languages(family.source, family.target)
+    source_ids = translator.encode(texts[:1], languages=languages)[0]
+    S, T = len(source_ids), len(out.hypotheses[0].tokens) + 1  # the source's language id in, the forced out
+    assert maps.cross.shape[-2:] == (T, S) and maps.encoder.shape[-2:] == (S, S) and maps.decoder.shape[-2:] == (T, T)
+    assert maps.source_tokens == translator.tokenizer.target_pieces(source_ids)
+    torch.testing.assert_close(maps.cross.sum(-1), torch.ones(maps.cross.shape[:-1]), atol=1e-4, rtol=0)

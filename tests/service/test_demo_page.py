@@ -784,3 +784,47 @@ def test_a_file_is_translated_as_a_job_with_progress_and_downloaded(session: Ses
     want = session.post("/translate", {"q": lines[0], "model": "tiny-en-de", "beam_size": 2, "max_length": 6})
     assert got.split("\n")[0] == want["translatedText"] and got.split("\n")[1] == "" and got.count("\n") == 4
     assert not session.errors and not session.console_errors
+
+
+@pytest.fixture
+def nllb_server(tmp_path: Path, models_dir: Path) -> Iterator[Server]:
+    """tiny-en-de, and an imported NLLB model (tests/model/hf_families.py) with no default languages."""
+    from model.families import import_model
+    from tests.model.hf_families import build_family_dir
+
+    models = tmp_path / "models"
+    shutil.copytree(models_dir / "tiny-en-de", models / "tiny-en-de")
+    import_model(build_family_dir("nllb", tmp_path / "nllb").hf_dir, models / "nllb")
+    server = Server(ServiceSettings(models_dir=models)).__enter__()
+    server.wait_ready()
+    yield server
+    server.__exit__()
+
+
+def test_a_multilingual_model_offers_source_and_target_menus(browser: Browser, nllb_server: Server) -> None:
+    """The menus list the model's languages (ISO 639-1 codes where they exist), start at English into German, and
+    each run sends the pair chosen; a model of one pair hides them."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{nllb_server.url}/")
+    page.get_by_test_id("model-select").select_option("tiny-en-de")
+    expect(page.get_by_test_id("pair")).to_be_hidden()
+    page.get_by_test_id("model-select").select_option("nllb")
+    expect(page.get_by_test_id("pair")).to_be_visible()
+    expect(page.get_by_test_id("source-select")).to_have_value("en")
+    expect(page.get_by_test_id("target-select")).to_have_value("de")
+    assert page.get_by_test_id("target-select").locator("option").count() == 202
+    expect(page.get_by_test_id("model-info")).to_contain_text("202 languages")
+    for target in ("de", "fr"):
+        page.get_by_test_id("target-select").select_option(target)
+        run_in_page(page, TEXT, model="nllb", n_best=1)
+        wait_done(page)
+        r = httpx.post(
+            f"{nllb_server.url}/translate",
+            json={"q": TEXT, "model": "nllb", "source": "en", "target": target, **OPTIONS, "n_best": 1},
+        )
+        expect(page.get_by_test_id("best-text")).to_have_text(r.json()["translatedText"])
+    rows = page.locator("#heatmap .row-labels").inner_text()
+    assert "deu_Latn" not in rows and "fra_Latn" not in rows  # forced, not searched: no row of their own
+    assert not errors

@@ -70,14 +70,17 @@ def test_an_unknown_or_missing_language_is_the_requests_error(client: TestClient
     assert r.status_code == 422 and "needs a source language" in r.text, r.text
 
 
-def test_attention_maps_leave_the_language_tokens_out(client: TestClient, translator: Translator) -> None:
+def test_attention_maps_show_the_source_language_token_not_the_forced_target(
+    client: TestClient, translator: Translator
+) -> None:
     r = client.post("/attention", json={"q": "kalo mine", "source": "en", "target": "de", "kinds": ["cross"]})
     assert r.status_code == 200, r.text
     body = r.json()
     want = translator.translate(["kalo mine"], source_lang="en", target_lang="de", return_attention=True)[0]
     maps = want.hypotheses[0].attention
     assert maps is not None and body["source_tokens"] == maps.source_tokens
-    assert "eng_Latn" not in body["source_tokens"] and body["source_tokens"][-1] == "</s>"
+    assert body["source_tokens"][0] == "eng_Latn" and body["source_tokens"][-1] == "</s>"  # what the model read
+    assert "deu_Latn" not in body["target_tokens"]  # forced, not searched
 
 
 def test_a_batch_job_carries_its_languages(client: TestClient, translator: Translator) -> None:

@@ -2,6 +2,7 @@
 // progress shown from GET /jobs/{id}, and its translation offered for download (GET /download_file/{id}).
 import {answerOf, api, keyHeaders, send} from "./api.js";
 import {$} from "./dom.js";
+import {chosenPair} from "./models.js";
 import {clearError, showError} from "./status.js";
 
 const POLL_MS = 300;
@@ -20,6 +21,7 @@ async function runJob(file) {
   const form = new FormData();
   form.append("file", file);
   form.append("model", $("#model").value);
+  for (const [field, code] of Object.entries(chosenPair())) form.append(field, code);
   for (const [field, id] of [["beam_size", "#beam-size"], ["max_length", "#max-length"]]) {
     if ($(id).value) form.append(field, $(id).value);
   }

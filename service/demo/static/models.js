@@ -49,8 +49,10 @@ export function showModel() {
   $("#run").textContent = summarizes ? "Summarize" : "Translate";
   $("#output-title").textContent = summarizes ? "Summary" : "Translation";
   showOwnOptions(model);
+  showPair(model);
   if (!model) return;
-  const langs = summarizes ? (model.source || "?") : `${model.source || "?"} → ${model.target || "?"}`;
+  const langs = model.languages ? `${model.languages.length} languages`
+    : summarizes ? (model.source || "?") : `${model.source || "?"} → ${model.target || "?"}`;
   info.append(el("span", {class: "chip task"}, `${model.task} · ${langs}`));
   const p = model.parameters || {};
   info.append(paramChip("N", "", p.N), paramChip("d", "model", p.d_model), paramChip("d", "ff", p.d_ff),
@@ -62,9 +64,31 @@ export function showModel() {
   }
 }
 
+/** A multilingual model's source and target menus (GET /models' `languages`), its own defaults chosen, else
+ * English into German where it has them; hidden for a model of one language pair. */
+function showPair(model) {
+  const languages = (model && model.languages) || [];
+  $("#pair").hidden = languages.length === 0;
+  if (languages.length === 0) return;
+  const pick = (own, wanted, other) => own
+    || [wanted, ...languages].find((code) => languages.includes(code) && code !== other);
+  const source = pick(model.source, "en", null);
+  const target = pick(model.target, "de", source);
+  for (const [id, chosen] of [["#source", source], ["#target", target]]) {
+    $(id).replaceChildren(...languages.map((code) => el("option", {value: code}, code)));
+    $(id).value = chosen;
+  }
+}
+
+/** The chosen languages of a multilingual model, as a request names them; none for a model of one pair. */
+export function chosenPair() {
+  return $("#pair").hidden ? {} : {source: $("#source").value, target: $("#target").value};
+}
+
 /** Buttons that put an example text in the input and run it. */
 function renderExamples(model) {
-  const english = model.task === "summarization" || !model.source || model.source === "en";
+  const english = model.task === "summarization" || (model.languages ? chosenPair().source === "en"
+    : !model.source || model.source === "en");
   const texts = english ? EXAMPLES[model.task] || [] : [];
   $("#examples").hidden = texts.length === 0;
   $("#example-list").replaceChildren(...texts.map((text) => {

@@ -2,7 +2,7 @@
 import {api} from "./api.js";
 import {clearAttention, showAttention} from "./attention.js";
 import {$} from "./dom.js";
-import {currentModel} from "./models.js";
+import {chosenPair, currentModel} from "./models.js";
 import {decodeOptions} from "./options.js";
 import {outputOf, showOutput} from "./output.js";
 import {page} from "./page.js";
@@ -40,7 +40,7 @@ export async function run() {
   $("#attention-card").hidden = !withAttention;
   setBusy(true, summarizes ? "Summarizing…" : "Translating…");
   try {
-    const body = {q: text, model: model.id, ...options};
+    const body = {q: text, model: model.id, ...chosenPair(), ...options};
     saveUrl();
     if (withAttention) { // one decode gives the output and the attention of the hypothesis shown
       const attention = await api("attention", body);
