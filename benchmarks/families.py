@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,7 +62,10 @@ def ours(hf_dir: Path, work: Path, args: argparse.Namespace) -> Decode:
     from model.families import import_model
     from model.translator import Translator
 
-    tr = Translator.load(import_model(hf_dir, work / "ours"), device="cpu", dtype=args.dtype, threads=args.threads)
+    task = "summarization" if args.family == "bart" else None  # as bart-large-cnn's
+    tr = Translator.load(
+        import_model(hf_dir, work / "ours", task=task), device="cpu", dtype=args.dtype, threads=args.threads
+    )
     pair = {"source_lang": "en", "target_lang": "de"} if tr.tokenizer.multilingual else {}
     options = {"length_penalty": 1.0, "length_penalty_form": "average", "max_len_a": 0, "max_len_b": args.max_new - 1}
 
@@ -114,7 +118,13 @@ def ctranslate2_engine(hf_dir: Path, work: Path, args: argparse.Namespace) -> De
     import ctranslate2
     from transformers import AutoTokenizer
 
-    ctranslate2.converters.TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
+    # CTranslate2 4.8's BART loader reads normalize_before, which transformers 5's BartConfig dropped (False in
+    # BART): a copy of the directory says so.
+    source = work / "for-ct2"
+    shutil.copytree(hf_dir, source, dirs_exist_ok=True)
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    (source / "config.json").write_text(json.dumps({"normalize_before": False, **config}), encoding="utf-8")
+    ctranslate2.converters.TransformersConverter(str(source)).convert(str(work / "ct2"), force=True)
     compute = "int8" if args.dtype == "int8" else "float32"
     translator = ctranslate2.Translator(
         str(work / "ct2"), device="cpu", compute_type=compute, inter_threads=1, intra_threads=args.threads

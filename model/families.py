@@ -16,16 +16,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import sentencepiece as spm
-
 from model import language_codes
 from model.checkpoint import PICKLE_FILES, CheckpointMeta, Task, atomic_path, save_checkpoint
 from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ConfigError, check_readable
 from model.hf_weights import convert_weights
 from model.hub import fetch, is_hub_id
-from model.marian import ACTIVATIONS, import_marian
-from model.tokenizer import SpecialIds, TokenizerConfig
+from model.marian import activation_of, import_marian
+from model.tokenizer import SpecialIds, TokenizerConfig, load_sentencepiece
 
 SPM_FILE, VOCAB_FILE, BPE_FILE = "spm.model", "vocab.json", "tokenizer.json"  # our copies in the checkpoint
 LEARNED_OFFSET = 2  # BART's and mBART's position tables keep two rows for padding positions
@@ -64,11 +62,7 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 def model_config(kind: str, hf: dict[str, Any], path: Path) -> ModelConfig:
     """Our ModelConfig for a Hugging Face config of the BART layout (m2m_100, mbart, bart, pegasus)."""
-    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
-        raise CheckpointError(path, "encoder and decoder of different widths are not supported")
-    activation = ACTIVATIONS.get(hf.get("activation_function", "gelu"))
-    if activation is None:
-        raise CheckpointError(path, f"activation {hf.get('activation_function')!r} is not supported")
+    activation = activation_of(hf, path)
     switches: dict[str, Any] = {
         # M2M100, NLLB: pre-LN with final LayerNorms, fairseq's sinusoids from row padding index + 1
         "m2m_100": {
@@ -94,7 +88,7 @@ def model_config(kind: str, hf: dict[str, Any], path: Path) -> ModelConfig:
             h=hf["encoder_attention_heads"],
             p_drop=float(hf.get("dropout", 0.1)),
             max_len=hf.get("max_position_embeddings", 1024),
-            activation=activation,  # type: ignore[arg-type]
+            activation=activation,
             scale_embedding=bool(hf.get("scale_embedding", False)),
             tie_output=bool(hf.get("tie_word_embeddings", True)),
             **switches,
@@ -105,14 +99,7 @@ def model_config(kind: str, hf: dict[str, Any], path: Path) -> ModelConfig:
 
 def _sentencepiece(path: Path) -> list[str]:
     """The pieces of a SentencePiece model, by its own ids."""
-    check_readable(path)
-    if not path.is_file():
-        raise CheckpointError(path, "SentencePiece model file is missing")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.load(str(path))
-    except (OSError, RuntimeError) as e:
-        raise CheckpointError(path, f"not a valid SentencePiece model ({e})") from e
+    sp = load_sentencepiece(path)
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 

@@ -11,25 +11,32 @@ from pathlib import Path
 from typing import Any
 
 from model.checkpoint import CheckpointMeta, save_checkpoint
-from model.config import ModelConfig
+from model.config import Activation, ModelConfig
 from model.errors import CheckpointError, check_readable
 from model.hf_weights import convert_weights
 from model.tokenizer import SpecialIds, TokenizerConfig
 
-ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+ACTIVATIONS: dict[str, Activation] = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+
+
+def activation_of(hf: dict[str, Any], path: Path) -> Activation:
+    """The activation of a Hugging Face config of the BART layout (every family we import), checked along with
+    the one width its encoder and decoder must share."""
+    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
+        raise CheckpointError(path, "encoder and decoder of different widths are not supported")
+    activation = ACTIVATIONS.get(hf.get("activation_function", "gelu"))
+    if activation is None:
+        raise CheckpointError(path, f"activation {hf.get('activation_function')!r} is not supported")
+    return activation
 
 
 def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     """Our ModelConfig for a Hugging Face MarianConfig dict."""
     if hf.get("model_type") != "marian":
         raise CheckpointError(path, f"model_type is {hf.get('model_type')!r}, not 'marian'")
-    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
-        raise CheckpointError(path, "encoder and decoder of different widths are not supported")
     if hf.get("normalize_before", False) or hf.get("add_final_layer_norm", False):
         raise CheckpointError(path, "pre-LN Marian variants are not supported")
-    activation = ACTIVATIONS.get(hf.get("activation_function", "gelu"))
-    if activation is None:
-        raise CheckpointError(path, f"activation {hf.get('activation_function')!r} is not supported")
+    activation = activation_of(hf, path)
     vocab = hf["vocab_size"]
     shared = hf.get("share_encoder_decoder_embeddings", True)
     return ModelConfig(
@@ -42,7 +49,7 @@ def marian_config(hf: dict[str, Any], path: Path) -> ModelConfig:
         h=hf["encoder_attention_heads"],
         p_drop=float(hf.get("dropout", 0.1)),
         max_len=hf.get("max_position_embeddings", 512),
-        activation=activation,  # type: ignore[arg-type]
+        activation=activation,
         position_layout="halves",
         scale_embedding=bool(hf.get("scale_embedding", False)),
         share_embeddings=shared,

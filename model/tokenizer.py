@@ -127,7 +127,7 @@ class _Side:
     """One side's SentencePiece model plus its optional piece -> id vocabulary."""
 
     def __init__(self, directory: Path, model_file: str, vocab_file: str | None, unk: int) -> None:
-        self.sp = _load_sentencepiece(directory / model_file)
+        self.sp = load_sentencepiece(directory / model_file)
         self.vocab: dict[str, int] | None = None
         self.pieces: list[str]
         if vocab_file is None:
@@ -307,7 +307,7 @@ class Tokenizer:
         return self.target.decode([i for i in ids if i not in self.hidden])
 
 
-def _load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
+def load_sentencepiece(path: Path) -> spm.SentencePieceProcessor:
     check_readable(path)
     if not path.is_file():
         raise CheckpointError(path, "SentencePiece model file is missing")
