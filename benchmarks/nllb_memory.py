@@ -16,10 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +26,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: model/ and the tests' fixtures
+from serve import ServerProcess  # noqa: E402
 
 NLLB_600M = {
     "vocab_size": 256206,
@@ -81,12 +79,6 @@ def make_checkpoints(work: Path) -> dict[str, Path]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def memory(pid: int) -> dict[str, float]:
     """VmRSS and VmHWM of a process, in MiB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -94,35 +86,14 @@ def memory(pid: int) -> dict[str, float]:
 
 
 def serve(models: Path, dtype: str, threads: int) -> dict[str, Any]:
-    """Start `transformer serve` on models, translate once, read its memory, stop it."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "TRANSFORMER_MODELS_DIR": str(models),
-        "TRANSFORMER_PORT": str(port),
-        "TRANSFORMER_DTYPE": dtype,
-        "TRANSFORMER_THREADS": str(threads),
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        start = time.monotonic()
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() - start > 600:
-                raise RuntimeError(f"the server on {models} did not get ready")
-            time.sleep(0.5)
+    """Start `transformer serve` on models (serve.py's ServerProcess), translate once, read its memory, stop it."""
+    start = time.monotonic()
+    with ServerProcess(models, {"dtype": dtype, "threads": str(threads)}) as server:
+        ready = time.monotonic() - start
         body = {"q": "kalo mine ruza", "source": "en", "target": "de", "max_length": 16}
-        r = httpx.post(f"{url}/translate", json=body, timeout=120)
+        r = httpx.post(f"{server.url}/translate", json=body, timeout=120)
         r.raise_for_status()
-        return {**memory(proc.pid), "ready_s": time.monotonic() - start, "answer": r.json()["translatedText"]}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        return {**memory(server.proc.pid), "ready_s": ready, "answer": r.json()["translatedText"]}
 
 
 def main() -> None:

@@ -112,7 +112,7 @@ class BeamLoop:
         assert all(cfg.beam_size == self.k for cfg in cfgs), "a loop holds one beam size"
         src, mask = pad_batch(sources, self.special.pad, self.device)
         memory, _ = self.model.encode(src, mask)
-        limits = [limit_of(cfg, len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
+        limits = [cfg.output_limit(len(ids), self.model.cfg.max_len) for ids, cfg in zip(sources, cfgs, strict=True)]
         # Joining sentences take free rows of the running cache's buffers: their own start with no room.
         capacity = min(max(limits) + 1, JOIN_ROOM) if self.cache is None else 0  # grows as needed
         new = self.model.start_cache(memory, mask, capacity=capacity, beams=self.k, src=src)
@@ -264,12 +264,6 @@ class BeamLoop:
                 history.scatter_(1, at[:, None], next_token[:, None])
         self.history = history
         self.cache = self.cache.reorder(rows, kept=keep).trimmed(self.source_length)
-
-
-def limit_of(cfg: DecodingConfig, source_length: int, model_max_len: int) -> int:
-    """A sentence's output limit (DecodingConfig.output_limit), with room for one token after a forced prefix."""
-    limit = cfg.output_limit(source_length, model_max_len)
-    return max(limit, len(cfg.target_prefix) + 1) if cfg.target_prefix else limit
 
 
 def survivors(count: int, gone: set[int]) -> list[int]:

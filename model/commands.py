@@ -15,6 +15,7 @@ from model.config import DecodingConfig
 
 if TYPE_CHECKING:
     from model.output import Output
+    from model.tokenizer import Languages
     from model.translator import Translator
 
 
@@ -135,7 +136,7 @@ def run_translate(args: argparse.Namespace) -> int:
         raise InputError("--file and --out go together: the file to translate and where its translation goes")
     tr = Translator.load(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     cfg = decoding_config(args, tr.meta.decoding)
-    args.languages = tr.languages(args.source_lang, args.target_lang)  # an unknown language stops here
+    languages = tr.languages(args.source_lang, args.target_lang)  # an unknown language stops here
     if args.file is not None:
         return run_translate_file(tr, cfg, args)
     # Bytes that are not UTF-8 become lone surrogates, which the tokenizer refuses with a clear InputError.
@@ -158,7 +159,7 @@ def run_translate(args: argparse.Namespace) -> int:
         problems = {
             i: problem
             for i, line in enumerate(lines)
-            if (problem := line_problem(tr, line, done + i + 1, args)) is not None
+            if (problem := line_problem(tr, line, done + i + 1, args, languages)) is not None
         }
         first = min(problems, default=None)
         if first is not None and not args.skip_errors:
@@ -219,14 +220,14 @@ def run_translate_file(tr: Translator, cfg: DecodingConfig, args: argparse.Names
     return 0
 
 
-def line_problem(tr: Translator, line: str, number: int, args: argparse.Namespace) -> str | None:
+def line_problem(tr: Translator, line: str, number: int, args: argparse.Namespace, languages: Languages) -> str | None:
     """Why the model cannot take this input line, naming it by its number, or None."""
     from model.errors import InputError, InputTooLongError
     from model.segment import whole
 
     try:
         texts = [whole(line)] if args.no_segment else tr.segment([line])
-        tr.encode_segments(texts, args.truncate, args.languages)
+        tr.encode_segments(texts, args.truncate, languages)
     except InputTooLongError as e:
         where = f"line {number}" if e.sentence is None else f"line {number}, sentence {e.sentence},"
         return f"{where} has {e.length} tokens, more than the model's limit of {e.limit} (--truncate cuts it)"

@@ -217,8 +217,9 @@ class DecodingConfig:
 
     def output_limit(self, source_length: int, model_max_len: int) -> int:
         """Most output tokens (EOS not counted) for a source of source_length tokens: a * |x| + b, within the
-        model's positions."""
-        return min(int(self.max_len_a * source_length + self.max_len_b), model_max_len - 1)
+        model's positions; with a target_prefix, room for one token after it."""
+        limit = min(int(self.max_len_a * source_length + self.max_len_b), model_max_len - 1)
+        return max(limit, len(self.target_prefix) + 1) if self.target_prefix else limit
 
     def length_penalty_of(self, length: int) -> float:
         """lp(Y): GNMT's ((5+|Y|)/6)^alpha as in the paper, or fairseq's |Y|^alpha."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from model import language_codes
-from model.checkpoint import PICKLE_FILES, CheckpointMeta, Task, atomic_path, save_checkpoint
+from model.checkpoint import CheckpointMeta, Task, atomic_path, missing_weights, save_checkpoint
 from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ConfigError, check_readable
 from model.hf_weights import convert_weights
@@ -337,9 +337,7 @@ def import_model(
     weights = hf_dir / "model.safetensors"
     check_readable(weights)
     if not weights.is_file():
-        pickles = [n for n in PICKLE_FILES if (hf_dir / n).exists()]
-        hint = f" ({pickles[0]} is a pickle and is never loaded; re-save with safetensors)" if pickles else ""
-        raise CheckpointError(weights, f"weights file is missing{hint}")
+        raise missing_weights(weights)
     try:
         cfg = model_config(kind, hf, config_path)
     except KeyError as e:

@@ -123,7 +123,21 @@ def check_unicode(text: str) -> None:
         ) from None
 
 
-class _Side:
+class _Pieces:
+    """What both kinds of tokenizer side share: the pieces by id, and <unk>'s id."""
+
+    pieces: list[str]
+    unk: int
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def piece(self, i: int) -> str:
+        """The piece of id i; <unk>'s for an id past the vocabulary (a model may have more embeddings: M2M100)."""
+        return self.pieces[i] if i < len(self.pieces) else self.pieces[self.unk]
+
+
+class _Side(_Pieces):
     """One side's SentencePiece model plus its optional piece -> id vocabulary."""
 
     def __init__(self, directory: Path, model_file: str, vocab_file: str | None, unk: int) -> None:
@@ -139,9 +153,6 @@ class _Side:
                 self.pieces[i] = piece
         self.unk = unk
 
-    def __len__(self) -> int:
-        return len(self.pieces)
-
     def encode(self, text: str) -> list[str]:
         check_unicode(text)
         code = LANGUAGE_CODE.match(text) if self.vocab is not None else None
@@ -153,10 +164,6 @@ class _Side:
         if self.vocab is None:
             return [self.sp.piece_to_id(p) for p in pieces]
         return [self.vocab.get(p, self.unk) for p in pieces]
-
-    def piece(self, i: int) -> str:
-        """The piece of id i; <unk>'s for an id past the vocabulary (a model may have more embeddings: M2M100)."""
-        return self.pieces[i] if i < len(self.pieces) else self.pieces[self.unk]
 
     def decode(self, ids: list[int]) -> str:
         if self.vocab is None:
@@ -175,7 +182,7 @@ class Languages:
 NO_LANGUAGES = Languages()  # a model of one language pair, with no fixed prefixes
 
 
-class _ByteLevel:
+class _ByteLevel(_Pieces):
     """A byte-level BPE tokenizer (BART's), read by the tokenizers library from a tokenizer.json: _Side's
     interface. Its pieces are bytes written as characters, a word's first starting with Ġ (a space)."""
 
@@ -195,9 +202,6 @@ class _ByteLevel:
             self.pieces[i] = piece
         self.unk = unk
 
-    def __len__(self) -> int:
-        return len(self.pieces)
-
     def encode(self, text: str) -> list[str]:
         check_unicode(text)
         return list(self.bpe.encode(text, add_special_tokens=False).tokens)
@@ -205,9 +209,6 @@ class _ByteLevel:
     def to_ids(self, pieces: list[str]) -> list[int]:
         ids = (self.bpe.token_to_id(p) for p in pieces)
         return [self.unk if i is None else i for i in ids]
-
-    def piece(self, i: int) -> str:
-        return self.pieces[i] if i < len(self.pieces) else self.pieces[self.unk]
 
     def decode(self, ids: list[int]) -> str:
         return str(self.bpe.decode(ids, skip_special_tokens=False))
@@ -232,12 +233,18 @@ class Tokenizer:
         self.word_mark = "Ġ" if cfg.kind == "bpe" else "▁"  # the mark of a piece that starts a word
         # By the model's own codes, and by the ISO 639-1 code of each language that has one (language_codes).
         self.public = public_codes(list(cfg.languages))  # own code -> the code users name it by
-        self.language_ids = {code: self._token_id(self.source, token) for code, token in cfg.languages.items()}
-        self.language_ids |= {public: self.language_ids[own] for own, public in self.public.items()}
+        self.own_codes = {code: code for code in cfg.languages} | {p: own for own, p in self.public.items()}
+        ids = {own: self._token_id(self.source, token) for own, token in cfg.languages.items()}
+        self.language_ids = {code: ids[own] for code, own in self.own_codes.items()}
+        # The fixed prefixes (BART's <s>), the same for every request.
+        self.fixed = Languages(
+            tuple(self.source.to_ids(list(cfg.source_prefix))),
+            tuple(self._token_id(self.target, piece) for piece in cfg.target_prefix),
+        )
         target_language_ids = {self._token_id(self.target, t) for t in cfg.languages.values()}
         special = cfg.special
         self.hidden = {special.pad, special.eos, special.bos, special.decoder_start} | target_language_ids
-        self.hidden |= {self._token_id(self.target, piece) for piece in cfg.target_prefix}
+        self.hidden |= set(self.fixed.target)
 
     @property
     def multilingual(self) -> bool:
@@ -256,11 +263,10 @@ class Tokenizer:
         cfg = self.cfg
         src = [self._language("source", source)] if cfg.source_language == "prefix" else []
         tgt = self._language("target", target) if cfg.target_language != "none" else None
-        fixed_src = self.source.to_ids(list(cfg.source_prefix))
         if cfg.target_language == "source" and tgt is not None:
             src.insert(0, tgt)
-        forced = [tgt] if cfg.target_language == "forced" and tgt is not None else []
-        return Languages(tuple(fixed_src + src), tuple(self.target.to_ids(list(cfg.target_prefix)) + forced))
+        forced = (tgt,) if cfg.target_language == "forced" and tgt is not None else ()
+        return Languages(self.fixed.source + tuple(src), self.fixed.target + forced)
 
     def _language(self, side: str, code: str | None) -> int:
         if code is None or code not in self.language_ids:
@@ -269,9 +275,7 @@ class Tokenizer:
 
     def own_code(self, code: str) -> str | None:
         """The model's own code for a language named by its own or its ISO 639-1 code; None if it has none."""
-        if code in self.cfg.languages:
-            return code
-        return next((own for own, public in self.public.items() if public == code), None)
+        return self.own_codes.get(code)
 
     @functools.cached_property
     def source_characters(self) -> frozenset[str]:
