@@ -226,7 +226,7 @@ def line_problem(tr: Translator, line: str, number: int, args: argparse.Namespac
     from model.segment import whole
 
     try:
-        texts = [whole(line)] if args.no_segment else tr.segment([line])
+        texts = [whole(line)] if args.no_segment else tr.segment([line], args.source_lang)
         tr.encode_segments(texts, args.truncate, languages)
     except InputTooLongError as e:
         where = f"line {number}" if e.sentence is None else f"line {number}, sentence {e.sentence},"

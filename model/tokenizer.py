@@ -273,6 +273,16 @@ class Tokenizer:
             raise UnknownLanguageError(side, code, sorted(self.public.values()))
         return self.language_ids[code]
 
+    def iso_code(self, code: str | None) -> str | None:
+        """The ISO 639-1 code of a language named by the model's own code or by its ISO one, which sentence rules
+        go by (model.segment): "eng_Latn" is "en"; None where the language has none. A model of one pair names
+        its languages as they are."""
+        if code is None or not self.multilingual:
+            return code
+        own = self.own_codes.get(code)
+        public = None if own is None else self.public[own]
+        return public if public is not None and len(public) == 2 else None
+
     def own_code(self, code: str) -> str | None:
         """The model's own code for a language named by its own or its ISO 639-1 code; None if it has none."""
         return self.own_codes.get(code)

@@ -190,11 +190,12 @@ class Translator:
                 raise InputTooLongError(e.length, e.limit, index=i) from None
         return out
 
-    def segment(self, texts: Sequence[str]) -> list[Segmented]:
-        """Each text in the segments the model reads (model.segment): a translation model's in sentences, a
-        summarizer's whole."""
+    def segment(self, texts: Sequence[str], source_lang: str | None = None) -> list[Segmented]:
+        """Each text in the segments the model reads (model.segment): a translation model's in sentences, by the
+        rules of source_lang (default: the checkpoint's source language), a summarizer's whole."""
         check_texts(texts)
-        return [segment(t, self.meta.source_lang, self.meta.task) for t in texts]
+        language = self.tokenizer.iso_code(source_lang or self.meta.source_lang)
+        return [segment(t, language, self.meta.task) for t in texts]
 
     def encode_segments(
         self, texts: Sequence[Segmented], truncate: bool = False, languages: Languages | None = None
@@ -224,7 +225,7 @@ class Translator:
         translates from source_lang to target_lang (its codes), by default the checkpoint's own."""
         languages = self.languages(source_lang, target_lang)
         cfg = dataclasses.replace(self.decoding_config(config, **options), target_prefix=languages.target)
-        segmented = self.segment(texts) if segment else [whole(t) for t in check_texts(texts)]
+        segmented = self.segment(texts, source_lang) if segment else [whole(t) for t in check_texts(texts)]
         sources = self.encode_segments(segmented, truncate, languages)
         outputs: list[Output | None] = [s.kept_whole() if not s.ids else None for s in sources]
         searched = [i for i, s in enumerate(sources) if s.ids]

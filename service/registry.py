@@ -70,17 +70,23 @@ class ModelInfo:
         """The dtype it is served in: int8 for an int8 checkpoint (`transformer quantize`), else configured."""
         return "int8" if self.meta.weights == "int8" else configured
 
-    def segment(self, text: str) -> Segmented:
+    def segment(self, text: str, source_lang: str | None = None) -> Segmented:
         """The text in the segments the model reads (model.segment), as a worker's Translator cuts it."""
-        return segment(text, self.meta.source_lang, self.meta.task)
+        return segment(text, self.tokenizer.iso_code(source_lang or self.meta.source_lang), self.meta.task)
 
     def source_lengths(
-        self, text: str, field: str, truncate: bool, most_segments: int, languages: Languages = NO_LANGUAGES
+        self,
+        text: str,
+        field: str,
+        truncate: bool,
+        most_segments: int,
+        languages: Languages = NO_LANGUAGES,
+        source_lang: str | None = None,
     ) -> list[int]:
         """Source tokens of each of text's segments as the encoder takes them (EOS and the languages' source ids
         included); InvalidRequest when it has more than most_segments of them, or when the model cannot take one
         (too long without truncate, invalid Unicode)."""
-        segmented = self.segment(text)
+        segmented = self.segment(text, source_lang)
         if len(segmented.spans) > most_segments:
             raise InvalidRequest(
                 field,
@@ -193,7 +199,7 @@ class Registry:
         return [
             n
             for i, t in enumerate(texts)
-            for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments, languages)
+            for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments, languages, pair[0])
         ]
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:

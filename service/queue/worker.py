@@ -225,7 +225,7 @@ class Worker:
                 continue
             try:
                 languages = translator.languages(job.source_lang, job.target_lang)
-                texts = translator.segment(job.texts)
+                texts = translator.segment(job.texts, job.source_lang)
                 sources = translator.encode_segments(texts, job.truncate, languages)
                 job = dataclasses.replace(job, options=dataclasses.replace(job.options, target_prefix=languages.target))
             except ModelError as e:

@@ -289,3 +289,20 @@ def test_int8_n_best_and_attention_maps_work_for_every_family(
     assert maps.cross.shape[-2:] == (T, S) and maps.encoder.shape[-2:] == (S, S) and maps.decoder.shape[-2:] == (T, T)
     assert maps.source_tokens == translator.tokenizer.target_pieces(source_ids)
     torch.testing.assert_close(maps.cross.sum(-1), torch.ones(maps.cross.shape[:-1]), atol=1e-4, rtol=0)
+
+
+def test_a_paragraph_is_cut_by_the_rules_of_its_source_language(
+    family: Family, imported: Path, translator: Translator, tmp_path: Path
+) -> None:
+    """Sentence rules go by ISO 639-1 codes: a multilingual model's own codes ("eng_Latn") are mapped to them,
+    also where they are the checkpoint's defaults; a paragraph is then translated sentence by sentence."""
+    paragraph = "Kalo mine ruza. Vo kalo mine? Ruza vo kalo!"
+    if not translator.tokenizer.multilingual:
+        assert len(translator.segment([paragraph])[0].spans) == (1 if read_meta(imported).task != "translation" else 3)
+        return
+    assert len(translator.segment([paragraph], family.source)[0].spans) == 3
+    defaults = import_model(family.hf_dir, tmp_path / "defaults", source_lang=family.source, target_lang=family.target)
+    by_default = Translator.load(defaults, device="cpu")
+    assert len(by_default.segment([paragraph])[0].spans) == 3
+    [out] = by_default.translate([paragraph], beam_size=2)
+    assert len(out.hypotheses[0].sentences) == 3
