@@ -5,7 +5,7 @@ is read from /proc (every thread), so the number is what one request costs the p
 
 What `transformer serve` does for a request that the bare endpoint does not: the Host and key checks, the body
 read within its limits, the request id and security headers, the request's metrics, the schema's validation,
-tokenizing each text to check its cost, queueing the job and waking the request when it is answered.
+checking each text's cost (service.registry), queueing the job and waking the request when it is answered.
 
     python benchmarks/api_cpu.py --model bench/ours --text bench/marian/test.en --clients 32 --rounds 2
 """
@@ -55,7 +55,9 @@ def serve_instant(models: Path, port: int) -> None:
                     self.queue.finish(job, Answer(outputs))
 
     service.api.runtime.Worker = InstantWorker  # type: ignore[misc,assignment]
-    settings = ServiceSettings(models_dir=models, port=port, rate_limit=0, max_queue=100_000, workers=1)
+    settings = ServiceSettings(
+        models_dir=models, port=port, rate_limit=0, max_queue=100_000, workers=1, worker_processes=False
+    )  # the instant worker is a thread of this process
     uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_config=None)
 
 

@@ -1,19 +1,24 @@
 """`transformer serve` against the serving peer a user would deploy instead: FastAPI + CTranslate2, each request
 translated on its own (peer_server.py), on the same converted weights (marian.py's MarianMTModel, imported for
 ours and converted for CTranslate2) with the same search (beam, |Y|^alpha, at most --max-output tokens, each
-sentence ending at beam_size finished hypotheses). Both servers are up at once; each round drives every client
-count against one and then the other, the order swapped every round (these machines drift). Reported per
-level: sentences/s, p50 and p99 latency, the server's CPU time per request (/proc, every thread), BLEU when
---refs is given, and the share of outputs the two engines agree on; and the offline engines' ratio.
+sentence ending at beam_size finished hypotheses), on the texts that the service reads as they are (read_whole).
+All servers are up at once (ours: one per --ours, with its settings); each round drives every client count
+against each in turn, the order reversed every round (these machines drift). Reported per level: sentences/s,
+p50 and p99 latency, the server's CPU time per request (/proc, every thread of it and of its worker processes),
+BLEU when --refs is given, and the share of outputs the two engines agree on; and the offline engines' ratio.
 
     python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --refs bench/marian/test.de \
         --peer bench/marian --clients 1,8,32,64 --json peer.json
+    python benchmarks/serve.py --model bench/ours --text bench/marian/test.en --peer bench/marian --clients 32 \
+        --ours threads=worker_processes:false --ours processes=worker_processes:true \
+        --ours redis=redis_workers:2,threads:1
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -29,12 +34,36 @@ from model.config import DecodingConfig
 from model.translator import Translator
 
 HERE = Path(__file__).resolve().parent
+REDIS_WORKERS = "redis_workers"  # --ours NAME=redis_workers:N,...: Redis mode, not a TRANSFORMER_* setting
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process so far, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def descendants(pid: int) -> list[int]:
+    """The processes below a process (its worker processes, say), from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue  # it ended meanwhile
+    out, frontier = [], [pid]
+    while frontier:
+        below = [p for p, parent in parents.items() if parent in frontier]
+        out += below
+        frontier = below
+    return out
+
+
+def cpu_seconds(pid: int, tree: bool = True) -> float:
+    """User and system CPU time so far of a process, all its threads, and with tree, of every process below it
+    (the embedded queue's worker processes)."""
+    total = 0.0
+    for p in [pid, *(descendants(pid) if tree else [])]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class PeerProcess(Process):
@@ -45,6 +74,18 @@ class PeerProcess(Process):
         cmd += ["--beam-size", str(args.beam_size), "--alpha", str(args.alpha), "--max-output", str(args.max_output)]
         cmd += ["--inter-threads", str(args.threads), "--intra-threads", "1"]
         super().__init__(lambda port: [*cmd, "--port", str(port)])
+
+
+def read_whole(checkpoint: Path, texts: list[str]) -> list[int]:
+    """The indices of the texts that the service reads as they are: one sentence (model.segment), nothing kept out
+    of it (model.protect). The service translates the others sentence by sentence and puts numbers, URLs and
+    code spans back itself, where the peer reads each line whole: the two would not do the same work."""
+    tr = Translator.load(checkpoint, device="cpu")
+    return [
+        i
+        for i, segmented in enumerate(tr.segment(texts))
+        if len(segmented.sentences) == 1 and not tr.encode_segments([segmented])[0].protected.kept
+    ]
 
 
 def offline_ratio(checkpoint: Path, ct2: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
@@ -86,10 +127,10 @@ def level(
     import sacrebleu
 
     asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up
-    cpu = cpu_seconds(server.proc.pid)
+    cpu = sum(cpu_seconds(pid) for pid in server.pids())
     answers: list[bytes] = []
     seconds, lat = asyncio.run(drive(server.url, texts, n, args, answers))
-    cpu = cpu_seconds(server.proc.pid) - cpu
+    cpu = sum(cpu_seconds(pid) for pid in server.pids()) - cpu
     outputs = [str(json.loads(a)["translatedText"]) for a in answers]
     q = statistics.quantiles(lat, n=100, method="inclusive")
     row = {
@@ -103,7 +144,7 @@ def level(
     }
     bleu = f"  BLEU {row['bleu']:.2f}" if refs else ""
     print(
-        f"  {name:5s} N={n:3d}: {row['sentences_per_s']:7.1f} sentences/s  p50 {row['p50_ms']:6.0f} ms  "
+        f"  {name:9s} N={n:3d}: {row['sentences_per_s']:7.1f} sentences/s  p50 {row['p50_ms']:6.0f} ms  "
         f"p99 {row['p99_ms']:6.0f} ms  CPU {row['cpu_ms_per_request']:5.1f} ms/request{bleu}",
         flush=True,
     )
@@ -120,6 +161,9 @@ def compare(args: argparse.Namespace) -> None:
         if args.refs is not None:
             refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines() if line.strip()]
             refs = refs[: len(texts)]
+        whole = read_whole(checkpoint, texts)
+        print(f"{len(whole)} of {len(texts)} texts are one sentence with nothing kept out: those are served")
+        texts, refs = [texts[i] for i in whole], None if refs is None else [refs[i] for i in whole]
         ct2 = Path(tmp) / "ct2"
         ctranslate2.converters.TransformersConverter(str(args.peer)).convert(str(ct2), force=True)
         print(f"real: {len(texts)} texts of {args.text}; {options(args)}; {args.threads} threads", flush=True)
@@ -134,19 +178,48 @@ def compare(args: argparse.Namespace) -> None:
             "rate_limit": "0",
         }
         rows = []
-        with ServerProcess(checkpoint.parent, settings) as ours, PeerProcess(ct2, args.peer, args) as peer:
-            engines: list[tuple[str, Process]] = [("ours", ours), ("peer", peer)]
+        configs = ours_configs(args.ours)
+        with contextlib.ExitStack() as stack:
+            engines: list[tuple[str, Process]] = []
+            for name, given in configs.items():
+                extra = dict(given)
+                workers = int(extra.pop(REDIS_WORKERS, "0"))  # Redis mode, with this many `transformer worker`s
+                redis = args.redis if workers else None
+                server = ServerProcess(checkpoint.parent, settings | extra, redis=redis, workers=workers)
+                engines.append((name, stack.enter_context(server)))
+            engines.append(("peer", stack.enter_context(PeerProcess(ct2, args.peer, args))))
             for r in range(args.rounds):
                 for n in args.clients:
                     for name, server in engines if r % 2 == 0 else engines[::-1]:
                         rows.append({"round": r, **level(name, server, texts, n, args, refs)})
         offline_after = offline_ratio(checkpoint, ct2, texts, args)
-    summarize(args, rows, offline, offline_after)
+    tables = {}
+    for name in configs:
+        print(f"\n{name}: {configs[name] or 'the default settings'}")
+        mine = [{**r, "engine": "ours"} if r["engine"] == name else r for r in rows if r["engine"] in (name, "peer")]
+        tables[name] = summarize(args, mine, offline, offline_after)
+    if args.json:
+        for r in rows:
+            r.pop("outputs", None)
+        report = {"offline": [offline, offline_after], "rows": rows, "tables": tables}
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def ours_configs(specs: list[str] | None) -> dict[str, dict[str, str]]:
+    """--ours NAME=KEY:VALUE,...: our servers' names and their TRANSFORMER_* settings (default: one, "ours");
+    the key redis_workers:N serves on Redis (--redis) with N `transformer worker` processes."""
+    configs = {}
+    for spec in specs or ["ours="]:
+        name, _, pairs = spec.partition("=")
+        configs[name] = dict(pair.split(":", 1) for pair in pairs.split(",") if pair)
+    return configs
 
 
 def summarize(
     args: argparse.Namespace, rows: list[dict[str, Any]], offline: dict[str, float], after: dict[str, float]
-) -> None:
+) -> list[dict[str, Any]]:
+    """Print one server of ours (engine "ours") against the peer, per client count; the table's rows."""
+
     def mean(engine: str, n: int, key: str) -> float:
         return statistics.mean(r[key] for r in rows if r["engine"] == engine and r["clients"] == n)
 
@@ -189,7 +262,4 @@ def summarize(
             f"{entry['peer_p99_ms']:<7.0f}  {entry['ours_cpu_ms_per_request']:9.1f}/"
             f"{entry['peer_cpu_ms_per_request']:<9.1f}  {agree:.1%}"
         )
-    if args.json:
-        for r in rows:
-            r.pop("outputs", None)
-        args.json.write_text(json.dumps({"offline": [offline, after], "rows": rows, "table": table}, indent=1))
+    return table

@@ -178,22 +178,56 @@ class Process:
         self.proc.terminate()
         self.proc.wait(timeout=30)
 
+    def pids(self) -> list[int]:
+        """The processes that serve (with what runs below them: peer.cpu_seconds)."""
+        return [self.proc.pid]
+
 
 class ServerProcess(Process):
-    """`transformer serve` (embedded queue) in its own process on a free port, with TRANSFORMER_* settings;
-    root: another checkout's code (e.g. the last release, for before/after)."""
+    """`transformer serve` in its own process on a free port, with TRANSFORMER_* settings; root: another
+    checkout's code (e.g. the last release, for before/after). The embedded queue; or with redis (a URL),
+    the Redis queue under a prefix of its own and `workers` `transformer worker` processes beside it."""
 
-    def __init__(self, models: Path, settings: dict[str, str], root: Path | None = None) -> None:
+    def __init__(
+        self,
+        models: Path,
+        settings: dict[str, str],
+        root: Path | None = None,
+        redis: str | None = None,
+        workers: int = 0,
+    ) -> None:
         env = {
             **os.environ,
             "TRANSFORMER_MODELS_DIR": str(models),
             **{f"TRANSFORMER_{k.upper()}": v for k, v in settings.items()},
         }
         env.pop("REDIS_URL", None)
+        if redis is not None:
+            env |= {"REDIS_URL": redis, "TRANSFORMER_QUEUE_PREFIX": f"bench-{os.getpid()}-{id(self)}"}
         if root is not None:
             env["PYTHONPATH"] = str(root)
         cmd = [sys.executable, "-m", "service.cli", "serve"]
         super().__init__(lambda port: [*cmd, "--port", str(port)], env, root)
+        self.workers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "worker"],
+                env={**env, "TRANSFORMER_WORKER_NAME": f"bench-{i}"},
+                cwd=root,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(workers if redis is not None else 0)
+        ]
+
+    def __exit__(self, *exc: object) -> None:
+        for w in self.workers:
+            w.terminate()
+        for w in self.workers:
+            w.wait(timeout=30)
+        super().__exit__(*exc)
+
+    def pids(self) -> list[int]:
+        return [self.proc.pid, *(w.pid for w in self.workers)]
 
     def rss_mib(self) -> float:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
@@ -382,6 +416,15 @@ def main() -> None:
         help="real workload: also serve this MarianMTModel directory (the same weights: marian.py's) with the "
         "peer, FastAPI + CTranslate2 (peer_server.py), both up at once, in alternating rounds (peer.py)",
     )
+    p.add_argument(
+        "--ours",
+        action="append",
+        default=None,
+        help="with --peer: one server of ours, NAME=KEY:VALUE,... of TRANSFORMER_* settings (repeatable; default: "
+        "one, with the default settings), each measured against the peer; redis_workers:N serves it on Redis "
+        "(--redis) with N `transformer worker` processes",
+    )
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="with --ours ...redis_workers:N: the Redis")
     p.add_argument("--refs", type=Path, default=None, help="with --peer: references of --text, for BLEU")
     p.add_argument("--rounds", type=int, default=2, help="with --peer: alternating rounds")
     p.add_argument("--alpha", type=float, default=0.6, help="with --peer: length penalty |Y|^alpha")

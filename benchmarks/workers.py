@@ -4,7 +4,8 @@ independent single-thread searches, through HTTP, in alternating rounds (benchma
 Each configuration is `NAME=KEY:VALUE,...` of TRANSFORMER_* settings. Embedded (the default): one `transformer
 serve` per configuration, all up at once. With --redis URL: one `transformer serve` on Redis per configuration
 (each its own queue prefix) and `--processes` `transformer worker` processes with the configuration's settings.
-Reported per configuration and round: sentences/s, p50 and p99, and server CPU per request (API; workers).
+Reported per configuration and round: sentences/s, p50 and p99, and server CPU per request (API; its worker
+processes, when it has any).
 
     python benchmarks/workers.py --model bench/ours --text bench/marian/test.en \
         one=workers:1,threads:2 two=workers:2,threads:2
@@ -23,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from peer import cpu_seconds
+from peer import cpu_seconds, descendants
 from serve import Process, drive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,13 +86,14 @@ def main() -> None:
                 order = list(servers.items())[:: 1 if r % 2 == 0 else -1]
                 for name, server in order:
                     asyncio.run(drive(server.url, texts[:20], 1, drive_args))  # warm-up
-                    pids = [w.pid for w in workers[name]]
-                    api, work = cpu_seconds(server.proc.pid), sum(cpu_seconds(pid) for pid in pids)
+                    # the workers: `transformer worker` processes, or the embedded queue's worker processes
+                    pids = [w.pid for w in workers[name]] or descendants(server.proc.pid)
+                    api, work = cpu_seconds(server.proc.pid, tree=False), sum(cpu_seconds(pid) for pid in pids)
                     seconds, lat = asyncio.run(drive(server.url, texts, args.clients, drive_args))
-                    api = 1000 * (cpu_seconds(server.proc.pid) - api) / len(texts)
+                    api = 1000 * (cpu_seconds(server.proc.pid, tree=False) - api) / len(texts)
                     work = 1000 * (sum(cpu_seconds(pid) for pid in pids) - work) / len(texts)
                     q = statistics.quantiles(lat, n=100, method="inclusive")
-                    cpu = f"API {api:.2f}, workers {work:.1f}" if args.redis else f"{api:.1f}"
+                    cpu = f"API {api:.2f}, worker processes {work:.1f}" if pids else f"{api:.1f}"
                     print(
                         f"round {r + 1} {name:14s} N={args.clients}: {len(texts) / seconds:6.1f} sentences/s  "
                         f"p50 {1000 * statistics.median(lat):5.0f} ms  p99 {1000 * q[98]:5.0f} ms  "

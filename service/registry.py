@@ -20,6 +20,9 @@ from service.settings import ServiceSettings
 
 log = logging.getLogger("service")
 MODELS_POLL_S = 5.0  # how often an empty models directory is looked at again
+ASCII_EXTRA = (
+    3  # an ASCII segment's tokens beyond one per character, at most: a word-start piece and EOS, and one spare
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,17 @@ class ModelInfo:
         """The text in the segments the model reads (model.segment), as a worker's Translator cuts it."""
         return segment(text, self.tokenizer.iso_code(source_lang or self.meta.source_lang), self.meta.task)
 
+    def counted(self, text: str, field: str, most_segments: int, source_lang: str | None) -> Segmented:
+        """text in segments (segment); InvalidRequest when it has more than most_segments of them."""
+        segmented = self.segment(text, source_lang)
+        if len(segmented.spans) > most_segments:
+            raise InvalidRequest(
+                field,
+                f"{len(segmented.spans):,} sentences, more than the limit of {most_segments:,} per text "
+                "(TRANSFORMER_MAX_SENTENCES): send it in parts",
+            )
+        return segmented
+
     def source_lengths(
         self,
         text: str,
@@ -86,13 +100,7 @@ class ModelInfo:
         """Source tokens of each of text's segments as the encoder takes them (EOS and the languages' source ids
         included); InvalidRequest when it has more than most_segments of them, or when the model cannot take one
         (too long without truncate, invalid Unicode)."""
-        segmented = self.segment(text, source_lang)
-        if len(segmented.spans) > most_segments:
-            raise InvalidRequest(
-                field,
-                f"{len(segmented.spans):,} sentences, more than the limit of {most_segments:,} per text "
-                "(TRANSFORMER_MAX_SENTENCES): send it in parts",
-            )
+        segmented = self.counted(text, field, most_segments, source_lang)
         try:  # as the worker's Translator reads it
             sources = read_segments([segmented], self.tokenizer, self.meta.model, truncate, languages)
             return [len(s.ids) for s in sources]
@@ -201,6 +209,30 @@ class Registry:
             for i, t in enumerate(texts)
             for n in info.source_lengths(t, f"{field}[{i}]", truncate, most_segments, languages, pair[0])
         ]
+
+    def length_bounds(
+        self,
+        model: str,
+        texts: list[str],
+        field: str = "q",
+        most_segments: int = 1_000_000,
+        pair: tuple[str | None, str | None] = (None, None),
+    ) -> list[int] | None:
+        """At least the source tokens of each segment of texts (lengths'), without tokenizing them: for ASCII text,
+        whose every SentencePiece or byte-level BPE piece covers at least one character, a segment's characters
+        plus the word-start piece, EOS and the languages' source ids. None where a text is not ASCII or a bound
+        reaches the model's length limit: only lengths can tell then. Checks the segments' number as lengths does."""
+        info = self.get(model)
+        if not all(t.isascii() for t in texts):
+            return None
+        languages = info.tokenizer.languages(*pair) if info.multilingual else info.tokenizer.languages(None, None)
+        extra = ASCII_EXTRA + len(languages.source)
+        bounds = [
+            len(sentence) + extra
+            for i, t in enumerate(texts)
+            for sentence in info.counted(t, f"{field}[{i}]", most_segments, pair[0]).sentences
+        ]
+        return bounds if all(n <= info.max_len for n in bounds) else None
 
     def load_translators(self, device: str | None, dtype: str, threads: int | None) -> dict[str, Translator]:
         """Load every model's weights and warm it up with one short decode. An int8 checkpoint (`transformer

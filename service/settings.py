@@ -36,10 +36,13 @@ class ServiceSettings(BaseSettings):
     dtype: str = "auto"  # "auto": float32 on the CPU, bfloat16 on CUDA; "int8" on the CPU only (model.quantize)
     threads: int | None = Field(default=None, ge=1)  # torch's CPU threads in all, shared by the workers
     # Workers a process runs (embedded: beside the API; with Redis: each `transformer worker`), each with its own
-    # beam searches and threads / workers torch threads, as CTranslate2's inter_threads. Unset: one per thread in
-    # a `transformer worker` on the CPU (independent single-thread searches beat one search on every core), one
-    # beside the API (whose thread shares the GIL with them: no gain there) and on CUDA. benchmarks/README.
+    # beam searches and threads / workers torch threads, as CTranslate2's inter_threads. Unset: one per thread on
+    # the CPU (independent single-thread searches beat one search on every core), one on CUDA. benchmarks/README.
     workers: int | None = Field(default=None, ge=1)
+    # The embedded queue's workers each in a child process of its own (service.queue.processes): a thread beside
+    # the API's event loop shares its GIL, and takes turns with it and with the other workers at every one of a
+    # step's small torch calls. Unset: on the CPU, not on CUDA (each process would hold its own weights there).
+    worker_processes: bool | None = None
     # continuous batching: what a worker's running beam searches hold at once
     max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
     max_batch_size: int = Field(default=32, ge=1)  # texts
@@ -140,19 +143,22 @@ class ServiceSettings(BaseSettings):
         from model.translator import default_device
 
         cuda = (self.resolved_device or default_device()).startswith("cuda")
+        processes = beside_api and (not cuda if self.worker_processes is None else self.worker_processes)
         if cuda:
-            return WorkerPlan(self.workers or 1, self.threads)
+            return WorkerPlan(self.workers or 1, self.threads, processes)
         threads = self.threads or torch.get_num_threads()
-        workers = self.workers or (1 if beside_api else threads)
-        return WorkerPlan(workers, max(1, threads // workers))
+        workers = self.workers or (1 if beside_api and not processes else threads)
+        return WorkerPlan(workers, max(1, threads // workers), processes)
 
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """A process's workers (ServiceSettings.workers) and each one's torch threads (None: torch's default)."""
+    """A process's workers (ServiceSettings.workers), each one's torch threads (None: torch's default), and
+    whether the embedded queue runs them in child processes (ServiceSettings.worker_processes)."""
 
     workers: int
     threads: int | None
+    processes: bool = False
 
 
 class SettingsError(Exception):

@@ -6,6 +6,7 @@ Nothing is downloaded: every file a test needs is made here, in pytest's tempora
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import warnings
@@ -23,6 +24,14 @@ from model.config import ModelConfig
 from model.layers import sinusoid_table
 from model.tokenizer import SpecialIds, TokenizerConfig
 from model.transformer import Transformer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The embedded queue's workers as threads of the test's process unless a test asks for child processes
+    (tests/service/test_processes.py): hundreds of servers start here, and a child process takes seconds to
+    start, while many tests reach into the worker beside the API."""
+    os.environ.setdefault("TRANSFORMER_WORKER_PROCESSES", "false")
+
 
 SPECIAL = SpecialIds()  # pad 0, unk 1, bos 2 (= decoder start), eos 3
 SPM_VOCAB = 160

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.runtime import Service
 from service.errors import Unavailable
@@ -25,11 +24,9 @@ async def ready_service(request: Request) -> Service:
     return service
 
 
-bearer = HTTPBearer(auto_error=False)  # for the OpenAPI document: service.api.guard checks keys before the body
-
-
-async def owner(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str | None:
-    """The owner id of the request's API key (service.api.access.owner_of), None without keys."""
+async def owner(request: Request) -> str | None:
+    """The owner id of the request's API key (service.api.access.owner_of), None without keys: service.api.guard
+    checks the key before the body is read (the OpenAPI document's bearer scheme: service.api.openapi)."""
     value: str | None = request.state.owner
     return value
 

@@ -19,7 +19,7 @@ from model.output import Output
 from service.api.deps import Owner, ReadyService
 from service.api.jobs import JobId, download_url, unknown
 from service.api.schemas import NAME_CHARS, ErrorResponse, JobProgress, JobResponse, Name, TextRequest
-from service.api.text import ERRORS, checked_lengths, options_of, resolve
+from service.api.text import ERRORS, check_cost, options_of, resolve
 from service.errors import InvalidRequest, JobFailed, NotFound, NotReady, PayloadTooLarge
 from service.queue.contract import ACTIVE, Job, JobInfo, JobStatus
 
@@ -97,7 +97,7 @@ async def translate_file(
         owner=owner,
         file=name,
     )
-    await checked_lengths(service, job, "file", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
+    await check_cost(service, job, "file", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await service.queue.submit(job, data)
     response.headers["Location"] = f"/jobs/{job.id}"
     return JobResponse(

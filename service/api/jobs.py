@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from service.api.deps import Owner, ReadyService
 from service.api.schemas import JobProgress, JobRequest, JobResponse, output_of
-from service.api.text import ERRORS, check_texts, checked_lengths, options_of
+from service.api.text import ERRORS, check_cost, check_texts, options_of
 from service.errors import InvalidRequest, NotFound, shown
 from service.queue.contract import Job, JobInfo, JobStatus
 
@@ -61,7 +61,7 @@ async def submit_job(req: JobRequest, response: Response, service: ReadyService,
         target_lang=target,
         owner=owner,
     )
-    await checked_lengths(service, job, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
+    await check_cost(service, job, "texts", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await service.queue.submit(job)
     response.headers["Location"] = f"/jobs/{job.id}"
     progress = JobProgress(done=0, total=len(job.texts))

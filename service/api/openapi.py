@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from service.api.access import Access
 from service.settings import ServiceSettings
 
-SCHEME = "HTTPBearer"  # service.api.deps.bearer's scheme
+SCHEME = "HTTPBearer"  # the API key as a bearer token (service.api.access.bearer_token)
 TEXT_FIELDS = {"q", "texts"}  # one text or a list of them
 
 
@@ -48,8 +48,11 @@ def for_deployment(doc: dict[str, Any], settings: ServiceSettings, access: Acces
             for param in op.get("parameters", []):
                 if path == "/jobs/{job_id}" and param["name"] == "limit":
                     param["schema"] = limited(param["schema"], maximum=settings.max_job_page)
-    if not access.keys:
-        doc.get("components", {}).pop("securitySchemes", None)
+    if access.keys:  # written here, not by a dependency: one fewer to solve on every request
+        doc.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
+            "type": "http",
+            "scheme": "bearer",
+        }
     for name, schema in doc.get("components", {}).get("schemas", {}).items():
         props = schema.get("properties", {})
         for field in TEXT_FIELDS & props.keys():

@@ -79,11 +79,12 @@ class DecodeOptions(Strict):
     )
     truncate: bool = Field(False, description="cut inputs longer than the model's limit instead of a 422")
 
-    def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
-        """base (the model's own options, CheckpointMeta.decoding) with the options this request gives
-        (ConfigError when they do not fit together)."""
+    def decoding(self, base: DecodingConfig = DEFAULT, **fixed: Any) -> DecodingConfig:
+        """base (the model's own options, CheckpointMeta.decoding) with the options this request gives and then
+        fixed's (ConfigError when they do not fit together); base itself when nothing changes."""
         given = {name: getattr(self, name) for name in DecodingConfig.OPTIONS if name in self.model_fields_set}
-        cfg = dataclasses.replace(base, **given)
+        changes = {name: value for name, value in (given | fixed).items() if getattr(base, name) != value}
+        cfg = dataclasses.replace(base, **changes) if changes else base
         return cfg.with_max_length(self.max_length) if "max_length" in self.model_fields_set else cfg
 
 
@@ -132,15 +133,15 @@ class SummarizeRequest(TextRequest):
         ),
     )
 
-    def decoding(self, base: DecodingConfig = DEFAULT) -> DecodingConfig:
+    def decoding(self, base: DecodingConfig = DEFAULT, **fixed: Any) -> DecodingConfig:
         if self.length is None:
-            return super().decoding(base)
+            return super().decoding(base, **fixed)
         low, high = SUMMARY_LENGTHS[self.length] if isinstance(self.length, str) else self.length
         if "min_length" in self.model_fields_set or "max_length" in self.model_fields_set:
             raise ConfigError("give either length or min_length and max_length, not both")
         if not 0 <= low <= high or high < 1:
             raise ConfigError(f"length [{low}, {high}] must be a range of at least one token, min <= max")
-        return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding(base)
+        return self.model_copy(update={"min_length": low, "max_length": high, "length": None}).decoding(base, **fixed)
 
 
 class SentenceSpan(BaseModel):

@@ -5,7 +5,6 @@ and answered (service.api.schemas)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from dataclasses import replace
@@ -97,9 +96,7 @@ def options_of(
     if n_best > beam_size:
         raise InvalidRequest("n_best", f"{n_best} is more than beam_size ({beam_size})")
     try:
-        return replace(
-            req.decoding(replace(base, n_best=min(base.n_best, beam_size))), beam_size=beam_size, n_best=n_best
-        )
+        return req.decoding(base, beam_size=beam_size, n_best=n_best)
     except ConfigError as e:  # options that do not fit together
         raise InvalidRequest("options", str(e)) from e
 
@@ -110,6 +107,17 @@ def decode_cost(lengths: list[int], cfg: DecodingConfig, model_max_len: int) -> 
     so this tracks worker time within a factor of about two for a given model."""
     limits = ((n, cfg.output_limit(n, model_max_len)) for n in lengths)
     return sum(cfg.beam_size * limit * (n + limit) for n, limit in limits)
+
+
+async def check_cost(service: Service, job: Job, field: str, limit: int, setting: str) -> None:
+    """Check the job's texts and cost (checked_lengths), without tokenizing them where the bounds of their lengths
+    (Registry.length_bounds: ASCII text, the common case) show the cost within the limit."""
+    if sum(len(t) for t in job.texts) <= INLINE_CHARS:
+        pair = (job.source_lang, job.target_lang)
+        bounds = service.registry.length_bounds(job.model, job.texts, field, service.settings.max_sentences, pair)
+        if bounds is not None and decode_cost(bounds, job.options, service.registry.get(job.model).max_len) <= limit:
+            return
+    await checked_lengths(service, job, field, limit, setting)
 
 
 async def checked_lengths(service: Service, job: Job, field: str, limit: int, setting: str) -> list[int]:
@@ -206,17 +214,15 @@ async def run(service: Service, job: Job, request: Request) -> Answer:
     await service.queue.submit(job)
     answer = asyncio.ensure_future(service.queue.wait(job.id, service.settings.request_timeout_s))
     gone = asyncio.ensure_future(client_gone(request.receive))
+    gone.add_done_callback(lambda _: answer.cancel())  # the queue cancels the job
     try:
-        await asyncio.wait((answer, gone), return_when=asyncio.FIRST_COMPLETED)
+        result = await answer  # this request cancelled (the server stopping): the wait is cancelled with it
+    except asyncio.CancelledError:
+        if gone.done() and not gone.cancelled():
+            raise ClientClosed("the client closed its connection before the answer") from None
+        raise
     finally:
         gone.cancel()
-        if not answer.done():  # the client went away (or this request was cancelled): the queue cancels the job
-            answer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await answer
-    if answer.cancelled():
-        raise ClientClosed("the client closed its connection before the answer")
-    result = answer.result()
     if result.error:
         raise ResultTooLarge(result.error) if result.too_large else JobFailed(result.error)
     return result
@@ -267,9 +273,18 @@ async def decode_with(
         deadline = time.time() + s.request_timeout_s
         html = documents is not None
         pair = info.pair(source or (None if req.source == "auto" else req.source), req.target)
-        job = Job(info.id, pieces, options, truncate=req.truncate, align=html, owner=owner, deadline=deadline)
-        job = replace(job, source_lang=pair[0], target_lang=pair[1])
-        await checked_lengths(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
+        job = Job(
+            info.id,
+            pieces,
+            options,
+            truncate=req.truncate,
+            align=html,
+            owner=owner,
+            deadline=deadline,
+            source_lang=pair[0],
+            target_lang=pair[1],
+        )
+        await check_cost(service, job, "q", s.max_request_cost, "TRANSFORMER_MAX_REQUEST_COST")
         found = (await run(service, job, request)).outputs
     if documents is None:
         return [output_of(o) for o in found]

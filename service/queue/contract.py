@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from model.config import DecodingConfig
 from model.output import Output
@@ -88,6 +88,15 @@ class Answer:
     attention: str | None = None
     error: str | None = None
     too_large: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (service.queue.processes carries it so)."""
+        outputs = [o.to_dict() for o in self.outputs]  # attention maps as tensors are left out: see `attention`
+        return {"outputs": outputs, "attention": self.attention, "error": self.error, "too_large": self.too_large}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Answer:
+        return cls(**{**data, "outputs": [Output.from_dict(o) for o in data["outputs"]]})
 
     def outputs_json(self) -> list[str]:
         """One JSON text per output, as the Redis queue stores them."""

@@ -26,6 +26,7 @@ class _Entry:
     expires: float = 0.0
     file: bytes | None = None  # a file job's file, until it is taken
     size: int = 0  # bytes it counts against its owner's max_kept_bytes (background jobs)
+    deliveries: int = 0  # times a worker read it (a worker process that dies gives its jobs back: requeue)
     events: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
 
 
@@ -86,7 +87,10 @@ class MemoryQueue:
                 entry.events.append((asyncio.get_running_loop(), event))
         try:
             if entry.answer is None:
-                await asyncio.wait_for(event.wait(), timeout)
+                # asyncio.timeout, not wait_for: no task of its own, and on Python 3.11 wait_for swallows a
+                # cancellation that comes as the event is set (python/cpython#86296)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         except TimeoutError:
             pass
         finally:  # answered, timed out, or its waiter cancelled (the client went away): the worker drops it
@@ -187,8 +191,25 @@ class MemoryQueue:
                 job = self.queued.popleft()
                 entry = self.entries.get(job.id)
                 if entry is not None and entry.status is JobStatus.queued:  # abandoned ones are skipped
+                    entry.deliveries += 1
                     out.append(job)
             return out
+
+    def requeue(self, jobs: list[Job]) -> None:
+        """Put back the jobs of a worker process that died at the front of the queue, in their order; one
+        delivered max_deliveries times fails instead (it may be what crashed them, as with Redis)."""
+        with self.ready:
+            for job in reversed(jobs):
+                entry = self.entries.get(job.id)
+                if entry is None or entry.status not in ACTIVE:
+                    continue
+                if entry.deliveries >= self.settings.max_deliveries:
+                    error = f"delivered {entry.deliveries} times without an answer (workers crashed on it)"
+                    self._answer(entry, Answer(error=error))
+                else:
+                    entry.status = JobStatus.queued
+                    self.queued.appendleft(job)
+            self.ready.notify_all()
 
     def maintain(self) -> list[Job]:
         return []  # one process: nothing to reclaim
@@ -214,11 +235,14 @@ class MemoryQueue:
             entry = self.entries.get(job.id)
             if entry is None or entry.status not in ACTIVE:
                 return  # abandoned or cancelled meanwhile
-            entry.answer = answer
-            entry.done = len(answer.outputs)
-            self._end(entry, JobStatus.failed if answer.error else JobStatus.done)
-            for loop, event in entry.events:
-                loop.call_soon_threadsafe(event.set)
+            self._answer(entry, answer)
+
+    def _answer(self, entry: _Entry, answer: Answer) -> None:
+        entry.answer = answer
+        entry.done = len(answer.outputs)
+        self._end(entry, JobStatus.failed if answer.error else JobStatus.done)
+        for loop, event in entry.events:
+            loop.call_soon_threadsafe(event.set)
 
     def drop(self, job: Job) -> None:
         return None  # an unwanted job has ended already

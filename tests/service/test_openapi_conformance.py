@@ -105,5 +105,6 @@ def test_the_document_states_this_deployments_keys_and_limits(models_dir: Path) 
     keyed = ServiceSettings(models_dir=models_dir, api_keys=KEY, ops_need_key=True)
     doc = TestClient(create_app(keyed)).get("/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
     assert doc["paths"]["/translate"]["post"]["security"] == [{"HTTPBearer": []}]
+    assert doc["components"]["securitySchemes"] == {"HTTPBearer": {"type": "http", "scheme": "bearer"}}
     assert "401" in doc["paths"]["/metrics"]["get"]["responses"]  # operations need the key too here
     assert "security" not in doc["paths"]["/languages"]["get"] and "security" not in doc["paths"]["/healthz"]["get"]

@@ -187,11 +187,14 @@ def test_a_read_takes_its_share_of_what_is_queued() -> None:
     ("settings", "beside_api", "plan"),
     [
         ({"device": "cpu", "threads": 2}, False, WorkerPlan(2, 1)),  # a worker process: one per thread, one each
-        ({"device": "cpu", "threads": 2}, True, WorkerPlan(1, 2)),  # beside the API: one search on every core
-        ({"device": "cpu", "threads": 4, "workers": 2}, True, WorkerPlan(2, 2)),
+        # beside the API: child processes, one per thread, unless threads are asked for (one search on every core)
+        ({"device": "cpu", "threads": 2, "worker_processes": None}, True, WorkerPlan(2, 1, processes=True)),
+        ({"device": "cpu", "threads": 2, "worker_processes": False}, True, WorkerPlan(1, 2)),
+        ({"device": "cpu", "threads": 4, "workers": 2, "worker_processes": False}, True, WorkerPlan(2, 2)),
         ({"device": "cpu", "threads": 2, "workers": 1}, False, WorkerPlan(1, 2)),
         ({"device": "cpu", "threads": 2, "workers": 3}, False, WorkerPlan(3, 1)),  # never fewer than one thread
         ({"device": "cuda", "threads": 2}, False, WorkerPlan(1, 2)),  # one per GPU unless asked
+        ({"device": "cuda", "threads": 2, "worker_processes": None}, True, WorkerPlan(1, 2)),  # one copy of the weights
     ],
 )
 def test_worker_plan(settings: dict[str, object], beside_api: bool, plan: WorkerPlan) -> None:

@@ -1,0 +1,247 @@
+"""The embedded queue's workers in child processes (ServiceSettings.worker_processes). Each child runs the worker
+loop (service.queue.worker) with its own GIL and its own copy of the weights, and reaches the API's MemoryQueue
+through its stdin and stdout, one JSON object a line; a thread of the API's process, its Bridge, answers it.
+
+A child that dies loses nothing: the jobs it held go back to the front of the queue (one delivered
+max_deliveries times fails instead, as with Redis), and a new child takes its place.
+
+The lines, child to API: {"op": "ready"} once its models are loaded (or "failed", with "error"), then one line per
+WorkerQueue call: "read" (count, block_s) and "unwanted" (ids) are answered with one line ({"jobs": [Job JSON]},
+{"ids": [...]}); "started", "progress" (done), "finish" (answer), "drop" (each naming its "job" by id), "busy",
+"step" and "admission" are not. Lines are ASCII (json.dumps escapes the rest, lone surrogates included).
+
+    python -m service.queue.processes    # a child: the API starts it and writes its settings as the first line
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+from service.queue.contract import Answer, Job
+from service.queue.memory import MemoryQueue
+from service.settings import ServiceSettings
+
+log = logging.getLogger("service")
+RESTART_AFTER_S = (0.5, 30.0)  # a child that died is started again after this long, doubling while it fails to load
+
+
+def line(op: str, **fields: Any) -> bytes:
+    return json.dumps({"op": op, **fields}).encode("ascii") + b"\n"
+
+
+class ParentGone(BaseException):
+    """The API's process closed the pipe: the child has nobody to work for. A BaseException, so that the worker
+    loop's catch-all (which answers every job in flight with an error) lets it through."""
+
+
+# -- the child's side ---------------------------------------------------------------------------------
+
+
+class PipeQueue:
+    """The WorkerQueue of a child process: each call is a line to the API's Bridge."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes]) -> None:
+        self.source, self.sink = source, sink
+
+    def send(self, op: str, **fields: Any) -> None:
+        try:
+            self.sink.write(line(op, **fields))
+            self.sink.flush()
+        except (BrokenPipeError, ValueError) as e:  # ValueError: the pipe was closed
+            raise ParentGone from e
+
+    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        self.send(op, **fields)
+        reply = self.source.readline()
+        if not reply:
+            raise ParentGone
+        answer: dict[str, Any] = json.loads(reply)
+        return answer
+
+    def read(self, count: int, block_s: float) -> list[Job]:
+        return [Job.from_json(j) for j in self.ask("read", count=count, block_s=block_s)["jobs"]]
+
+    def maintain(self) -> list[Job]:
+        return []  # the API's Bridge puts a dead child's jobs back in the queue
+
+    def unwanted(self, job_ids: list[str]) -> set[str]:
+        return set(self.ask("unwanted", ids=job_ids)["ids"]) if job_ids else set()
+
+    def started(self, job: Job) -> None:
+        self.send("started", job=job.id)
+
+    def progress(self, job: Job, done: int) -> None:
+        self.send("progress", job=job.id, done=done)
+
+    def finish(self, job: Job, answer: Answer) -> None:
+        self.send("finish", job=job.id, answer=answer.to_dict())
+
+    def drop(self, job: Job) -> None:
+        self.send("drop", job=job.id)
+
+    def busy(self, jobs: int, texts: int) -> None:
+        self.send("busy", jobs=jobs, texts=texts)
+
+    def record_step(self, sentences: int, finished: int, seconds: float) -> None:
+        self.send("step", sentences=sentences, finished=finished, seconds=seconds)
+
+    def record_admission(self, texts: int, seconds: float) -> None:
+        self.send("admission", texts=texts, seconds=seconds)
+
+
+def child_main() -> int:
+    """A child process: settings from the first line of stdin, the models loaded, then the worker loop until
+    the API's process closes the pipe."""
+    from service.logs import configure_logging
+    from service.queue.worker import Worker
+    from service.registry import Registry, freeze_loaded
+
+    sink = os.fdopen(os.dup(1), "wb")  # the protocol's own stdout; anything else printed goes to stderr
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the API stops its children
+    queue = PipeQueue(sys.stdin.buffer, sink)
+    settings = ServiceSettings.model_validate_json(sys.stdin.buffer.readline())
+    configure_logging(settings.log_format, access=False)
+    try:
+        plan = settings.worker_plan(beside_api=True)
+        registry = Registry.scan(settings.models_dir)
+        translators = registry.load_translators(settings.resolved_device, settings.dtype, plan.threads)
+        freeze_loaded()
+    except Exception as e:
+        log.exception("a worker process could not load the models")
+        queue.send("failed", error=f"a worker process could not load the models ({type(e).__name__})")
+        return 1
+    try:
+        queue.send("ready")
+        Worker(queue, translators, settings).run(threading.Event())
+    except ParentGone:
+        pass
+    return 0
+
+
+# -- the API's side -----------------------------------------------------------------------------------
+
+
+def child_settings(settings: ServiceSettings) -> str:
+    """The settings a child needs, as JSON: all but the secrets (model_dump_json would write them as stars)."""
+    return settings.model_dump_json(exclude={"api_keys", "redis_url"})
+
+
+class Bridge:
+    """One child process (started again whenever it dies) and the thread of the API's process that answers its
+    calls on the MemoryQueue. `settled` is set once the first child is ready or has failed (`error`)."""
+
+    def __init__(self, memory: MemoryQueue, settings: ServiceSettings, name: str, stop: threading.Event) -> None:
+        self.memory, self.settings, self.name, self.stop = memory, settings, name, stop
+        self.held: dict[str, Job] = {}  # the jobs the child has read and not yet finished or dropped
+        self.settled = threading.Event()
+        self.error: str | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self.run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def run(self) -> None:
+        delay = RESTART_AFTER_S[0]
+        while not self.stop.is_set():
+            proc = self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.queue.processes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            was_ready = self.serve(proc, proc.stdin, proc.stdout)
+            code = proc.wait()
+            self.recover(code)
+            if self.stop.is_set():
+                return
+            if not self.settled.is_set():  # the first child could not load: the service reports it
+                self.error = self.error or f"a worker process exited with code {code} while loading the models"
+                self.settled.set()
+                return
+            delay = RESTART_AFTER_S[0] if was_ready else min(2 * delay, RESTART_AFTER_S[1])
+            self.stop.wait(delay)
+
+    def serve(self, proc: subprocess.Popen[bytes], sink: IO[bytes], source: IO[bytes]) -> bool:
+        """Answer the child's calls until it exits; whether it got ready."""
+        ready = False
+        try:
+            sink.write(child_settings(self.settings).encode("utf-8") + b"\n")
+            sink.flush()
+            for raw in source:
+                message: dict[str, Any] = json.loads(raw)
+                op = message["op"]
+                if op == "ready":
+                    ready = True
+                    self.settled.set()
+                elif op == "failed":
+                    self.error = str(message["error"])
+                else:
+                    reply = self.call(op, message)
+                    if reply is not None:
+                        sink.write(reply)
+                        sink.flush()
+        except (BrokenPipeError, ValueError, OSError):  # the child is gone, or wrote something unreadable
+            log.exception("worker process %s: its pipe failed", self.name)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return ready
+
+    def call(self, op: str, m: dict[str, Any]) -> bytes | None:
+        """One WorkerQueue call of the child on the MemoryQueue; the reply line of those that have one."""
+        q = self.memory
+        if op == "read":
+            jobs = q.read(int(m["count"]), float(m["block_s"]))
+            self.held.update((j.id, j) for j in jobs)
+            return json.dumps({"jobs": [j.to_json() for j in jobs]}).encode("ascii") + b"\n"
+        if op == "unwanted":
+            return json.dumps({"ids": sorted(q.unwanted(list(m["ids"])))}).encode("ascii") + b"\n"
+        if op == "busy":
+            q.busy(int(m["jobs"]), int(m["texts"]))
+        elif op == "step":
+            q.record_step(int(m["sentences"]), int(m["finished"]), float(m["seconds"]))
+        elif op == "admission":
+            q.record_admission(int(m["texts"]), float(m["seconds"]))
+        elif (job := self.held.get(m["job"])) is not None:
+            if op == "started":
+                q.started(job)
+            elif op == "progress":
+                q.progress(job, int(m["done"]))
+            elif op == "finish":
+                del self.held[job.id]
+                q.finish(job, Answer.from_dict(m["answer"]))
+            elif op == "drop":
+                del self.held[job.id]
+                q.drop(job)
+        return None
+
+    def recover(self, code: int) -> None:
+        """The child has exited: the jobs it held go back to the queue."""
+        if not self.stop.is_set():
+            held = len(self.held)
+            log.warning("worker process %s exited (code %s); its %d jobs go back to the queue", self.name, code, held)
+        self.memory.requeue(list(self.held.values()))
+        self.held.clear()
+        self.memory.busy(0, 0)
+
+    def close(self) -> None:
+        """Stop the child (stop is set already): closing its stdin ends it, or it is killed."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,121 @@
+"""The embedded queue's workers in child processes (service.queue.processes), through real HTTP and real child
+processes: the same answers as the translator alone, nothing lost when a child is killed mid-batch, a job that
+kills every child fails instead of killing them forever, a client that hangs up frees its rows in the child, and a
+child that cannot load the models is reported by /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from model.translator import Translator
+from service.settings import ServiceSettings
+from tests.conftest import make_sentences
+from tests.service.conftest import Server, wait_until
+from tests.service.test_batching import post_all
+from tests.service.test_hardening import metric, post_and_hang_up
+
+
+def children(server: Server) -> list[int]:
+    """The pids of the server's worker processes now running."""
+    return [b.proc.pid for b in server.app.state.service.bridges if b.proc is not None and b.proc.poll() is None]
+
+
+def test_worker_processes_answer_as_the_translator_alone(serve: Callable[..., Server], models_dir: Path) -> None:
+    server = serve(worker_processes=True, threads=2)
+    pids = children(server)
+    assert len(pids) == 2 and os.getpid() not in pids  # one per thread, each its own process
+    texts = make_sentences(40, seed=41, max_words=10)
+    responses = asyncio.run(post_all(server.url, texts, max_length=8, n_best=2, beam_size=3))
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    alone = translator.translate(texts, max_len_a=0.0, max_len_b=8, n_best=2, beam_size=3)
+    assert [r.json()["translatedText"] for r in responses] == [o.text for o in alone]
+    assert [[h["text"] for h in r.json()["translations"][0]["alternatives"]] for r in responses] == [
+        [h.text for h in o.hypotheses[1:]] for o in alone
+    ]
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert "transformer_admitted_texts_total 40" in metrics and "transformer_texts_decoded_total 40" in metrics
+    maps = httpx.post(f"{server.url}/attention", json={"q": texts[0], "max_length": 8, "kinds": ["cross"]})
+    assert maps.status_code == 200 and maps.json()["cross"], maps.text  # the maps' JSON crosses the pipe
+    job = httpx.post(f"{server.url}/jobs", json={"texts": texts[:5], "max_length": 8}).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 60)
+    results = httpx.get(f"{server.url}/jobs/{job['id']}").json()["results"]
+    assert [r["text"] for r in results] == [o.text for o in translator.translate(texts[:5], max_len_a=0.0, max_len_b=8)]
+
+
+def test_a_worker_process_killed_mid_batch_loses_no_request(
+    serve_heavy: Callable[..., Server], heavy_dir: Path
+) -> None:
+    """Its jobs go back to the front of the queue and its successor answers them, as the translator would."""
+    server = serve_heavy(worker_processes=True, threads=1, max_request_cost=10**12)
+    texts = make_sentences(6, seed=42, min_words=8, max_words=12)
+    options = {"model": "slow", "beam_size": 2, "max_length": 120}
+
+    async def scenario() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            pending = [asyncio.ensure_future(client.post("/translate", json={"q": t, **options})) for t in texts]
+            while metric(server.url, "transformer_in_flight_texts") < len(texts):
+                await asyncio.sleep(0.02)
+            [pid] = children(server)
+            os.kill(pid, 9)  # mid-batch: every text is in the search
+            return await asyncio.gather(*pending)
+
+    responses = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200] * len(texts), [r.text for r in responses]
+    translator = Translator.load(heavy_dir / "slow", device="cpu")
+    alone = translator.translate(texts, beam_size=2, max_len_a=0.0, max_len_b=120)
+    assert [r.json()["translatedText"] for r in responses] == [o.text for o in alone]
+    assert len(children(server)) == 1  # a new child took the dead one's place
+
+
+def test_a_job_that_kills_every_worker_process_fails(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(worker_processes=True, threads=1, max_deliveries=2, max_job_cost=10**12)
+    texts = make_sentences(4, seed=43, min_words=8, max_words=12)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": texts, "model": "slow", "max_length": 300}).json()
+    [bridge] = server.app.state.service.bridges
+    for _ in range(2):  # each child that reads it dies (as if the job crashed it)
+        wait_until(lambda: job["id"] in bridge.held and bridge.proc.poll() is None, 60, 0.02)
+        bridge.proc.kill()
+        wait_until(lambda: job["id"] not in bridge.held, 30, 0.02)
+    info = httpx.get(f"{server.url}/jobs/{job['id']}").json()
+    assert info["status"] == "failed" and "delivered 2 times" in info["error"], info
+    wait_until(lambda: children(server) != [], 60)  # the service goes on
+    r = httpx.post(f"{server.url}/translate", json={"q": texts[0], "model": "slow", "max_length": 5}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_a_client_that_hangs_up_frees_its_rows_in_the_worker_process(serve_heavy: Callable[..., Server]) -> None:
+    server = serve_heavy(worker_processes=True, threads=1, max_request_cost=10**12)
+    texts = make_sentences(8, seed=34, min_words=20, max_words=25)
+    heavy = {"q": texts, "model": "slow", "beam_size": 8, "max_length": 400}  # many seconds of decoding
+    post_and_hang_up(server.port, heavy, lambda: metric(server.url, "transformer_in_flight_texts") == 8)
+    wait_until(lambda: metric(server.url, "transformer_in_flight_jobs") == 0, 30, 0.05)
+    assert metric(server.url, "transformer_texts_decoded_total") == 0  # dropped by the child, not finished
+
+
+@pytest.fixture
+def broken_dir(tmp_path: Path, models_dir: Path) -> Path:
+    """A model whose config reads but whose weights are cut short."""
+    d = tmp_path / "models"
+    shutil.copytree(models_dir / "tiny-en-de", d / "cut")
+    weights = d / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return d
+
+
+def test_a_worker_process_that_cannot_load_the_models_is_reported(broken_dir: Path) -> None:
+    with Server(ServiceSettings(models_dir=broken_dir, worker_processes=True, threads=1)) as server:
+        deadline = time.monotonic() + 60
+        while (r := httpx.get(f"{server.url}/readyz")).status_code == 503 and "loading" in r.text:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.2)
+        assert r.status_code == 503 and "could not load the models" in r.text, r.text
+        assert children(server) == []  # not started again and again
