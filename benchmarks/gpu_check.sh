@@ -22,6 +22,10 @@ echo "== serve base on CUDA (bf16): continuous batching with up to 256 texts, fo
 python3 benchmarks/serve.py --device cuda --shape base --clients 64,256 --batch-size 256 --requests-per-client 4 \
     --no-batch-1 --out-tokens 32 --json "$OUT/serve.json" | tail -8
 
+echo "== serve base on CUDA with the embedded queue's worker in a child process (TRANSFORMER_WORKER_PROCESSES=true)"
+TRANSFORMER_WORKER_PROCESSES=true python3 benchmarks/serve.py --device cuda --shape base --clients 64 \
+    --batch-size 256 --requests-per-client 4 --no-batch-1 --out-tokens 32 | tail -4
+
 echo "== train base, bf16"
 python3 - "$OUT/train-corpus.jsonl" <<'PY'
 import json, random, sys
