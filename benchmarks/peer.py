@@ -206,8 +206,9 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def ours_configs(specs: list[str] | None) -> dict[str, dict[str, str]]:
-    """--ours NAME=KEY:VALUE,...: our servers' names and their TRANSFORMER_* settings (default: one, "ours");
-    the key redis_workers:N serves on Redis (--redis) with N `transformer worker` processes."""
+    """NAME=KEY:VALUE,... (--ours here, workers.py's configurations): our servers' names and their TRANSFORMER_*
+    settings (default: one, "ours"); here the key redis_workers:N serves on Redis (--redis) with N `transformer
+    worker` processes."""
     configs = {}
     for spec in specs or ["ours="]:
         name, _, pairs = spec.partition("=")

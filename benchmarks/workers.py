@@ -17,26 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from peer import cpu_seconds, descendants
-from serve import Process, drive
+from peer import cpu_seconds, descendants, ours_configs
+from serve import ServerProcess, drive
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = {"max_queue": "100000", "rate_limit": "0", "request_timeout_s": "600"}
-
-
-def environment(models: Path, settings: dict[str, str], redis: str | None, prefix: str) -> dict[str, str]:
-    env = {**os.environ, "TRANSFORMER_MODELS_DIR": str(models)}
-    env.pop("REDIS_URL", None)
-    if redis is not None:
-        env.update({"REDIS_URL": redis, "TRANSFORMER_QUEUE_PREFIX": prefix})
-    return env | {f"TRANSFORMER_{k.upper()}": v for k, v in {**BASE, **settings}.items()}
 
 
 def main() -> None:
@@ -50,10 +38,7 @@ def main() -> None:
     p.add_argument("--redis", default=None, help="Redis mode: the URL of a Redis to use (queue prefixes of its own)")
     p.add_argument("--processes", default=None, help="with --redis: worker processes per configuration, e.g. 1,2")
     args = p.parse_args()
-    configs = {}
-    for spec in args.configs:
-        name, _, pairs = spec.partition("=")
-        configs[name] = dict(pair.split(":", 1) for pair in pairs.split(",") if pair)
+    configs = ours_configs(args.configs)
     processes = [int(x) for x in args.processes.split(",")] if args.processes else [1] * len(configs)
     if len(processes) != len(configs):
         p.error("--processes needs one count per configuration")
@@ -63,22 +48,10 @@ def main() -> None:
         models = Path(tmp) / "models"
         models.mkdir()
         (models / "bench").symlink_to(args.model.resolve())
-        servers: dict[str, Process] = {}
-        workers: dict[str, list[subprocess.Popen[bytes]]] = {}
-        for i, ((name, settings), count) in enumerate(zip(configs.items(), processes, strict=True)):
-            env = environment(models, settings, args.redis, f"workers-bench-{os.getpid()}-{i}")
-            cmd = [sys.executable, "-m", "service.cli", "serve"]
-            servers[name] = Process(lambda port, cmd=cmd: [*cmd, "--port", str(port)], env, ROOT)
-            workers[name] = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "service.cli", "worker"],
-                    env={**env, "TRANSFORMER_WORKER_NAME": f"{name}-{j}"},
-                    cwd=ROOT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                for j in range(count if args.redis else 0)
-            ]
+        servers = {
+            name: ServerProcess(models, {**BASE, **settings}, redis=args.redis, workers=count)
+            for (name, settings), count in zip(configs.items(), processes, strict=True)
+        }
         try:
             for server in servers.values():
                 server.__enter__()
@@ -87,7 +60,7 @@ def main() -> None:
                 for name, server in order:
                     asyncio.run(drive(server.url, texts[:20], 1, drive_args))  # warm-up
                     # the workers: `transformer worker` processes, or the embedded queue's worker processes
-                    pids = [w.pid for w in workers[name]] or descendants(server.proc.pid)
+                    pids = [w.pid for w in server.workers] or descendants(server.proc.pid)
                     api, work = cpu_seconds(server.proc.pid, tree=False), sum(cpu_seconds(pid) for pid in pids)
                     seconds, lat = asyncio.run(drive(server.url, texts, args.clients, drive_args))
                     api = 1000 * (cpu_seconds(server.proc.pid, tree=False) - api) / len(texts)
@@ -102,10 +75,7 @@ def main() -> None:
                     )
         finally:
             for server in servers.values():
-                server.__exit__()
-            for procs in workers.values():
-                for w in procs:
-                    w.terminate()
+                server.__exit__()  # and its `transformer worker` processes
 
 
 if __name__ == "__main__":

@@ -20,9 +20,8 @@ from service.settings import ServiceSettings
 
 log = logging.getLogger("service")
 MODELS_POLL_S = 5.0  # how often an empty models directory is looked at again
-ASCII_EXTRA = (
-    3  # an ASCII segment's tokens beyond one per character, at most: a word-start piece and EOS, and one spare
-)
+# An ASCII segment's tokens beyond one per character, at most: a word-start piece and EOS, and one spare.
+ASCII_EXTRA = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,11 @@ class ModelInfo:
     def languages(self) -> list[str]:
         """A multilingual model's languages, by the codes users name them by (ISO 639-1 where one exists)."""
         return sorted(self.tokenizer.public.values())
+
+    def languages_of(self, pair: tuple[str | None, str | None]) -> Languages:
+        """The language ids a request's segments start with and its outputs are forced to: a multilingual
+        model's for pair (its own codes, ModelInfo.pair), none for a model of one pair."""
+        return self.tokenizer.languages(*pair) if self.multilingual else self.tokenizer.languages(None, None)
 
     def knows(self, code: str) -> bool:
         return self.tokenizer.own_code(code) is not None
@@ -203,7 +207,7 @@ class Registry:
         each of their segments, in order. CPU work: callers on the event loop run it in a thread for all but
         short texts."""
         info = self.get(model)
-        languages = info.tokenizer.languages(*pair) if info.multilingual else info.tokenizer.languages(None, None)
+        languages = info.languages_of(pair)
         return [
             n
             for i, t in enumerate(texts)
@@ -225,7 +229,7 @@ class Registry:
         info = self.get(model)
         if not all(t.isascii() for t in texts):
             return None
-        languages = info.tokenizer.languages(*pair) if info.multilingual else info.tokenizer.languages(None, None)
+        languages = info.languages_of(pair)
         extra = ASCII_EXTRA + len(languages.source)
         bounds = [
             len(sentence) + extra
