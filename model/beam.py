@@ -178,7 +178,7 @@ class BeamLoop:
         eos, k = self.special.eos, self.k
         empty = [b for b, s in enumerate(self.sentences) if s.limit == 0 and s.step == 0]
         eos_logp = logp[:, eos].clone() if empty else None
-        logp[:, self.never] = -math.inf
+        logp.index_fill_(1, self.never, -math.inf)
         for b, s in enumerate(self.sentences):
             if s.cfg.banned_ids:
                 logp[b * k : (b + 1) * k, list(s.cfg.banned_ids)] = -math.inf

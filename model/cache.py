@@ -48,15 +48,15 @@ class LayerCache:
         """Write one step's keys and values, kv (R, h, 2, d_k), at each row's position (where); return the keys
         and values of positions 0 .. where.t, each (R, h, t + 1, d_k)."""
         if where.index is None:  # every row at position t
-            self.kv[:, :, :, where.t] = kv
+            self.kv.select(3, where.t).copy_(kv)
         else:  # row r at position index[r]
             self.kv[where.rows, :, :, where.index] = kv
         return self.keys_values(where.t + 1)
 
     def keys_values(self, length: int) -> tuple[Tensor, Tensor]:
         """Views of the first `length` positions, each (R, h, length, d_k)."""
-        kv = self.kv[:, :, :, :length]  # (R, h, 2, length, d_k)
-        return kv[:, :, 0], kv[:, :, 1]
+        k, v = self.kv.narrow(3, 0, length).unbind(2)  # 2 x (R, h, length, d_k)
+        return k, v
 
 
 Span = tuple[int, int, int]  # rows r0 .. r1 - 1 and the positions n they hold at most

@@ -49,8 +49,10 @@ def step_attention(q: Tensor, k_t: Tensor, v: Tensor, bias: Tensor | None = None
     scores = torch.matmul(q, k_t).mul_(q.size(-1) ** -0.5)  # (..., n, S)
     if bias is not None:
         scores = scores.add_(bias)
-    # Sums in float32 at least, as the fused kernel (float64 stays float64).
-    weights = scores.softmax(dim=-1, dtype=torch.promote_types(v.dtype, torch.float32)).to(v.dtype)
+    if v.dtype in (torch.float32, torch.float64):
+        return torch.matmul(scores.softmax(dim=-1), v)  # (..., n, d_k)
+    # Sums in float32 at least, as the fused kernel.
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
     return torch.matmul(weights, v)  # (..., n, d_k)
 
 
@@ -211,12 +213,16 @@ class Residual(nn.LayerNorm):
 
     def enter(self, x: Tensor) -> Tensor:
         """The sub-layer's input: x itself (post-LN) or LayerNorm(x) (pre-LN)."""
-        return super().forward(x) if self.pre else x
+        return self._norm(x) if self.pre else x
 
     def exit(self, x: Tensor, y: Tensor) -> Tensor:
-        """Add the sub-layer's output y back onto x."""
-        x = x + self.drop(y)
-        return x if self.pre else super().forward(x)
+        """Add the sub-layer's output y back onto x. (Dropout is the identity outside training: not called,
+        since a search step runs this nine times or more.)"""
+        x = x + (self.drop(y) if self.training else y)
+        return x if self.pre else self._norm(x)
+
+    def _norm(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 def sinusoid_table(max_len: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
@@ -282,12 +288,15 @@ class Embedding(nn.Module):
             return self(ids[:, None], start=where.t)
         table = self.positions.weight if self.positions is not None else self.get_buffer("table")
         x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
-        return self.drop(self._norm(x[:, None]))
+        return self._dropped(self._norm(x[:, None]))
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""
         x = self.tokens(ids) * self.scale + self.position(start, ids.size(1))
-        return self.drop(self._norm(x))
+        return self._dropped(self._norm(x))
+
+    def _dropped(self, x: Tensor) -> Tensor:
+        return self.drop(x) if self.training else x
 
     def _norm(self, x: Tensor) -> Tensor:
         return x if self.norm is None else self.norm(x)

@@ -41,10 +41,12 @@ class PackedLinear(nn.Linear):
         self.register_parameter("weight", cast(nn.Parameter, weight))
         self.register_parameter("bias", cast(nn.Parameter | None, bias))
         self.register_buffer("packed", pack_weight(weight), persistent=False)
+        self.packed_bias: Tensor | None  # the bias without its autograd history, as the packed product takes it
+        self.register_buffer("packed_bias", None if bias is None else bias.detach(), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         if packed_ok(x):
-            return packed_linear(x, self.packed, self.bias)
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
 
