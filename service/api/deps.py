@@ -1,9 +1,9 @@
 """What a route asks for, as Annotated dependencies: the running Service, the Service once its models are ready,
-and the owner of the request's API key."""
+and that Service with the owner of the request's API key (one dependency: FastAPI solves each one per request)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from fastapi import Depends, Request
 
@@ -24,13 +24,20 @@ async def ready_service(request: Request) -> Service:
     return service
 
 
-async def owner(request: Request) -> str | None:
-    """The owner id of the request's API key (service.api.access.owner_of), None without keys: service.api.guard
-    checks the key before the body is read (the OpenAPI document's bearer scheme: service.api.openapi)."""
-    value: str | None = request.state.owner
-    return value
+class Calling(NamedTuple):
+    """The ready Service and the owner id of the request's API key (service.api.access.owner_of), None without
+    keys: service.api.guard checks the key before the body is read (the OpenAPI document's bearer scheme:
+    service.api.openapi)."""
+
+    service: Service
+    owner: str | None
+
+
+async def calling(request: Request) -> Calling:
+    owner: str | None = request.state.owner
+    return Calling(await ready_service(request), owner)
 
 
 AnyService = Annotated[Service, Depends(get_service)]
 ReadyService = Annotated[Service, Depends(ready_service)]
-Owner = Annotated[str | None, Depends(owner)]
+Caller = Annotated[Calling, Depends(calling)]

@@ -16,7 +16,7 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from model.errors import FileError
 from model.files import MEDIA_TYPES, FileLimits, FileText, format_of, read_file
 from model.output import Output
-from service.api.deps import Owner, ReadyService
+from service.api.deps import Caller, ReadyService
 from service.api.jobs import JobId, download_url, unknown
 from service.api.schemas import NAME_CHARS, ErrorResponse, JobProgress, JobResponse, Name, TextRequest
 from service.api.text import ERRORS, check_cost, options_of, resolve
@@ -52,8 +52,7 @@ FILE_EXAMPLES = {"text/plain; charset=utf-8": "Datei nicht gefunden.\nFestplatte
 )
 async def translate_file(
     file: Annotated[UploadFile, File(description=f"the file: .{', .'.join(MEDIA_TYPES)}")],
-    service: ReadyService,
-    owner: Owner,
+    caller: Caller,
     request: Request,
     response: Response,
     source: Annotated[Name | None, Form(description="source language code, or 'auto'")] = None,
@@ -70,6 +69,7 @@ async def translate_file(
 ) -> JobResponse:
     """Translate a file as a batch job, keeping its structure (LibreTranslate's multipart form). Answers at once
     with the job (GET /jobs/{id}: progress) and `translatedFileUrl`, where the file is downloaded once when done."""
+    service, owner = caller
     s = service.settings
     name = PurePath(file.filename or "").name
     data = await file.read()
@@ -136,9 +136,10 @@ def rendered(name: str, data: bytes, outputs: list[Output], limits: FileLimits) 
         409: {"model": ErrorResponse, "description": "the job is not done yet"},
     },
 )
-async def download_file(job_id: JobId, service: ReadyService, owner: Owner) -> Response:
+async def download_file(job_id: JobId, caller: Caller) -> Response:
     """A file's translation, once its job is done (waiting for it up to TRANSFORMER_REQUEST_TIMEOUT_S). It is
     handed over once: the file and the job's results are forgotten as it is."""
+    service, owner = caller
     job = await ended(service, job_id, owner)
     if job is None or job.file is None:
         raise unknown(job_id)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from service.api.deps import Owner, ReadyService
+from service.api.deps import Caller
 from service.api.schemas import JobProgress, JobRequest, JobResponse, output_of
 from service.api.text import ERRORS, check_cost, check_texts, options_of
 from service.errors import InvalidRequest, NotFound, shown
@@ -45,8 +45,9 @@ def unknown(job_id: str) -> NotFound:
 
 
 @router.post("/jobs", response_model=JobResponse, status_code=202)
-async def submit_job(req: JobRequest, response: Response, service: ReadyService, owner: Owner) -> JobResponse:
+async def submit_job(req: JobRequest, response: Response, caller: Caller) -> JobResponse:
     """Queue many texts; poll GET /jobs/{id} for progress and results (kept for TRANSFORMER_RESULT_TTL_S)."""
+    service, owner = caller
     s = service.settings
     check_texts(req.texts, "texts", s.max_job_texts, s)
     info = service.registry.resolve(req.task, req.model, req.source, req.target)
@@ -71,14 +72,14 @@ async def submit_job(req: JobRequest, response: Response, service: ReadyService,
 @router.get("/jobs/{job_id}", response_model=JobResponse)
 async def get_job(
     job_id: JobId,
-    service: ReadyService,
-    owner: Owner,
+    caller: Caller,
     request: Request,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int | None, Query(ge=1)] = None,
 ) -> JobResponse:
     """A job's status (queued, running, done, failed, cancelled), progress and, once done, a page of its
     results: results[offset : offset + limit] (limit at most TRANSFORMER_MAX_JOB_PAGE, its default)."""
+    service, owner = caller
     page = service.settings.max_job_page
     if limit is not None and limit > page:
         raise InvalidRequest("limit", f"{limit} is more than the limit of {page} results per page")
@@ -90,9 +91,10 @@ async def get_job(
 
 
 @router.delete("/jobs/{job_id}", response_model=JobResponse)
-async def cancel_job(job_id: JobId, service: ReadyService, owner: Owner, request: Request) -> JobResponse:
+async def cancel_job(job_id: JobId, caller: Caller, request: Request) -> JobResponse:
     """Cancel a queued or running job (its workers drop it), or delete a finished one's results. Answers the
     job as it was; afterwards GET shows a cancelled job, or 404 for a deleted one."""
+    service, owner = caller
     job = await service.queue.cancel(job_id, owner)
     if job is None:
         raise unknown(job_id)

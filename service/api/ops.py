@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from model.config import DecodingConfig
 from service.api import examples
-from service.api.deps import AnyService, Owner, ReadyService
+from service.api.deps import AnyService, ReadyService
 from service.api.examples import json_example
 from service.api.metrics import render_queue
 from service.api.schemas import ModelEntry, ModelsResponse
@@ -63,7 +63,7 @@ async def metrics(service: AnyService) -> PlainTextResponse:
 
 
 @router.get("/models", response_model=ModelsResponse)
-async def models(service: ReadyService, _: Owner) -> ModelsResponse:
+async def models(service: ReadyService) -> ModelsResponse:
     """Every model loaded: id, task, languages."""
     entries = [
         ModelEntry(

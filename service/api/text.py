@@ -18,7 +18,7 @@ from model.config import DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
 from model.markup import Document, render
 from model.segment import sections
-from service.api.deps import Owner, ReadyService
+from service.api.deps import Caller, ReadyService
 from service.api.libre import language_name
 from service.api.runtime import Service
 from service.api.schemas import (
@@ -318,12 +318,13 @@ def html_outputs(documents: list[Document], outputs: list[output.Output]) -> lis
 
 
 @router.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True, tags=["text"])
-async def translate(req: TextRequest, service: ReadyService, owner: Owner, request: Request) -> TranslateResponse:
+async def translate(req: TextRequest, caller: Caller, request: Request) -> TranslateResponse:
     """Translate one text or a list; choose the model by `model`, or by `source` and `target`. A text is
     translated sentence by sentence. LibreTranslate's clients work unchanged: form bodies, `api_key`,
     `format: html`, `alternatives` and `source: "auto"` (each text's language detected). With no model from
     `source` to `target`, but one from `source` to a language x and one from x to `target`, the texts are
     translated through x (`pivot`)."""
+    service, owner = caller
     route = pivot_route(service, req)
     if route is not None:
         return await pivoted(service, req, route, owner, request)
@@ -409,10 +410,11 @@ async def detect(req: DetectRequest, service: ReadyService) -> list[DetectedLang
 
 
 @router.post("/summarize", response_model=SummarizeResponse, tags=["text"])
-async def summarize(req: SummarizeRequest, service: ReadyService, owner: Owner, request: Request) -> SummarizeResponse:
+async def summarize(req: SummarizeRequest, caller: Caller, request: Request) -> SummarizeResponse:
     """Summarize one document or a list; `length` (short, medium, long, or [min, max] tokens) sets the summary's
     length. A document longer than the model takes is summarized in sections of whole sentences, and the
     sections' summaries once more, until one summary is left (map-reduce); `truncate` cuts it instead."""
+    service, owner = caller
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", service.settings.max_texts, service.settings)
     [info, *_], _ = resolve(service, "summarization", req, texts)
@@ -457,10 +459,11 @@ async def map_reduce(
 
 
 @router.post("/attention", response_model=AttentionResponse, tags=["text"])
-async def attention(req: AttentionRequest, service: ReadyService, owner: Owner, request: Request) -> Response:
+async def attention(req: AttentionRequest, caller: Caller, request: Request) -> Response:
     """One text decoded with any options, as /translate would, with the attention maps of one hypothesis of its
     n-best list (`hypothesis`, default the best): cross, encoder and decoder self-attention,
     [layer][head][query][key], rounded to 3 decimals; `kinds`, `layers` and `heads` choose which."""
+    service, owner = caller
     s = service.settings
     check_texts([req.q], "q", 1, s)
     registry = service.registry

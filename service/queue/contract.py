@@ -9,8 +9,8 @@ JSON on the way through Redis.
 from __future__ import annotations
 
 import json
+import os
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -51,7 +51,7 @@ class Job:
     owner: str | None = None  # owner_of(API key) that sent it; only that key may read or cancel a background job
     deadline: float | None = None  # time.time() after which nobody waits for the answer (requests)
     file: str | None = None  # a file's name (POST /translate_file): its bytes stay with the API's side of the queue
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    id: str = field(default_factory=lambda: os.urandom(16).hex())  # unguessable: a background job's handle
     created: float = field(default_factory=time.time)
 
     def expired(self, now: float) -> bool:
