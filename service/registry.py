@@ -3,9 +3,11 @@ to check a request without the weights, and the weights for a worker."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,14 +187,63 @@ class Registry:
         """Where no model translates source to target: a model from source to some x and one from x to target
         (x = English first, as LibreTranslate and Argos pivot), or None. Models that match ambiguously are passed
         over, as are pairs that only a multilingual model's defaults would make."""
-        languages = {m.meta.target_lang for m in self.models.values() if m.meta.target_lang}
-        languages |= {code for m in self.models.values() if m.multilingual for code in m.languages()}
-        for x in sorted(languages - {source, target, None}, key=lambda code: (code != "en", code)):
+        for x in sorted(self._between() - {source, target}, key=lambda code: (code != "en", code)):
             try:
                 return self.resolve(task, None, source, x), x, self.resolve(task, None, x, target)
             except (ModelNotFound, InvalidRequest):
                 continue
         return None
+
+    @functools.cached_property
+    def targets(self) -> dict[str, list[str]]:
+        """Each source language of the translation models and the targets it reaches: directly (a bilingual
+        model's pair, every pair of a multilingual model's languages) or through a pivot (Registry.pivot), as
+        LibreTranslate lists Argos's pivoted pairs. Worked out once, from the pairs that resolve answers with one
+        model, without trying pivot on every pair."""
+        models = [m for m in self.models.values() if m.task == "translation"]
+        direct: dict[str, set[str]] = {}
+        for m in models:
+            if m.multilingual:
+                codes = m.languages()
+                for code in codes:
+                    direct.setdefault(code, set()).update(c for c in codes if c != code)
+            elif m.meta.source_lang and m.meta.target_lang:
+                direct.setdefault(m.meta.source_lang, set()).add(m.meta.target_lang)
+        one, between = self._resolved_pairs(models), self._between()
+        reached: dict[str, list[str]] = {}
+        for source, targets in direct.items():
+            through = set(targets)
+            for x in one.get(source, set()) & between:  # source -> x -> t, as pivot takes it
+                through |= one.get(x, set())
+            through.discard(source)
+            reached[source] = sorted(through)
+        return reached
+
+    def _resolved_pairs(self, models: list[ModelInfo]) -> dict[str, set[str]]:
+        """source -> every x for which resolve(translation, None, source, x) finds one model: one whose pair is
+        (source, x), else one multilingual model that knows both."""
+        named: Counter[tuple[str, str]] = Counter(
+            (m.meta.source_lang, m.meta.target_lang) for m in models if m.meta.source_lang and m.meta.target_lang
+        )
+        codes = self._between() | {s for s, _ in named}
+        known: Counter[tuple[str, str]] = Counter(
+            (s, x)
+            for m in models
+            if m.multilingual
+            for knows in [[c for c in codes if m.knows(c)]]
+            for s in knows
+            for x in knows
+        )
+        one: dict[str, set[str]] = {}
+        for s, x in named.keys() | known.keys():
+            if s != x and (named[s, x] == 1 or (named[s, x] == 0 and known[s, x] == 1)):
+                one.setdefault(s, set()).add(x)
+        return one
+
+    def _between(self) -> set[str]:
+        """The languages pivot may go through: the models' targets and the multilingual models' languages."""
+        between = {m.meta.target_lang for m in self.models.values() if m.meta.target_lang}
+        return between | {code for m in self.models.values() if m.multilingual for code in m.languages()}
 
     def lengths(
         self,

@@ -388,16 +388,10 @@ async def pivoted(
 
 @router.get("/languages", response_model=list[Language], tags=["text"])
 async def languages(service: ReadyService) -> list[Language]:
-    """The source languages of the translation models and each one's targets (LibreTranslate's GET /languages)."""
-    targets: dict[str, set[str]] = {}
-    for m in service.registry.models.values():
-        if m.task == "translation" and m.multilingual:  # every pair of its languages
-            codes = m.languages()
-            for code in codes:
-                targets.setdefault(code, set()).update(c for c in codes if c != code)
-        elif m.task == "translation" and m.meta.source_lang and m.meta.target_lang:
-            targets.setdefault(m.meta.source_lang, set()).add(m.meta.target_lang)
-    return [Language(code=code, name=language_name(code), targets=sorted(t)) for code, t in sorted(targets.items())]
+    """The source languages of the translation models and each one's targets, directly or through a pivot
+    (LibreTranslate's GET /languages)."""
+    targets = service.registry.targets
+    return [Language(code=code, name=language_name(code), targets=t) for code, t in sorted(targets.items())]
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], tags=["text"])

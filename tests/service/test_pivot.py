@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from model.families import import_model
+from service.errors import InvalidRequest, ModelNotFound
+from service.registry import Registry
 from tests.conftest import make_sentences
+from tests.model.hf_families import build_family_dir
 from tests.service.test_api import ready_client
 
 SHORT = {"max_length": 6, "beam_size": 2}
@@ -62,3 +66,69 @@ def test_one_text_keeps_its_shape_and_alternatives_come_from_the_second_leg(clie
 def test_no_route_is_still_a_404_naming_the_pair(client: TestClient) -> None:
     r = client.post("/translate", json={"q": "kalo", "source": "es", "target": "en"})
     assert r.status_code == 404 and "from es to en" in r.text, r.text
+
+
+def test_languages_lists_the_pairs_reached_through_a_pivot(client: TestClient) -> None:
+    """LibreTranslate lists Argos's pivoted pairs among a language's targets: so does /languages, and each one
+    listed translates; one hop only, as pivoting goes."""
+    listed = {entry["code"]: entry["targets"] for entry in client.get("/languages").json()}
+    assert listed == {"en": ["de", "fr"], "de": ["es", "fr"], "fr": ["es"]}
+    for source, targets in listed.items():
+        for target in targets:
+            r = client.post("/translate", json={"q": "kalo", "source": source, "target": target, **SHORT})
+            assert r.status_code == 200, (source, target, r.text)
+    assert client.post("/translate", json={"q": "kalo", "source": "en", "target": "es"}).status_code == 404
+
+
+def brute_force(registry: Registry) -> dict[str, list[str]]:
+    """Each source's targets by asking resolve and pivot about every pair, as /translate does."""
+    codes = {c for m in registry.models.values() for c in (m.meta.source_lang, m.meta.target_lang) if c}
+    codes |= {c for m in registry.models.values() if m.multilingual for c in m.languages()}
+    reached: dict[str, list[str]] = {}
+    for source in sorted(codes):
+        targets = []
+        for target in sorted(codes - {source}):
+            try:
+                registry.resolve("translation", None, source, target)
+                targets.append(target)
+            except ModelNotFound:
+                if registry.pivot("translation", source, target) is not None:
+                    targets.append(target)
+            except InvalidRequest:  # several models of the pair: listed all the same (name one with 'model')
+                targets.append(target)
+        if targets:
+            reached[source] = targets
+    return reached
+
+
+def test_the_listed_targets_are_those_resolve_and_pivot_find(models_dir: Path, tmp_path: Path) -> None:
+    """Ambiguous legs are passed over as pivot passes them: two en -> it models list it, but no pair through it."""
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "en-de")
+    for name, source, target in (
+        ("de-fr", "de", "fr"),
+        ("it-a", "en", "it"),
+        ("it-b", "en", "it"),
+        ("it-pt", "it", "pt"),
+        ("de-pt", "de", "pt"),
+        ("pt-en", "pt", "en"),
+        ("de-en-summary", "de", "ja"),
+    ):
+        relabel(models_dir / "tiny-en-de", tmp_path / name, source, target)
+    config = json.loads((tmp_path / "de-en-summary" / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "de-en-summary" / "config.json").write_text(json.dumps({**config, "task": "summarization"}))
+    registry = Registry.scan(tmp_path)
+    assert registry.targets == brute_force(registry)
+    assert registry.targets["en"] == ["de", "fr", "it", "pt"]
+    assert registry.targets["pt"] == ["de", "en"]  # not it: the en -> it leg is ambiguous
+    assert "ja" not in registry.targets["de"]  # a summarizer is no leg
+
+
+def test_a_multilingual_model_and_a_bilingual_one_pivot(models_dir: Path, tmp_path: Path) -> None:
+    """NLLB's 202 languages reach Klingon through German, where a bilingual model translates German to it."""
+    family = build_family_dir("nllb", tmp_path / "hf")
+    import_model(family.hf_dir, tmp_path / "models" / "nllb")
+    relabel(models_dir / "tiny-en-de", tmp_path / "models" / "de-tlh", "de", "tlh")
+    registry = Registry.scan(tmp_path / "models")
+    assert "tlh" in registry.targets["en"] and "tlh" in registry.targets["zh"] and "tlh" not in registry.targets
+    assert registry.pivot("translation", "en", "tlh") is not None
+    assert len(registry.targets) == 202 and all(len(t) == 202 and "tlh" in t for t in registry.targets.values())
