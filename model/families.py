@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from model import language_codes
-from model.checkpoint import CheckpointMeta, Task, atomic_path, missing_weights, save_checkpoint
+from model.checkpoint import CheckpointMeta, Task, atomic_path, save_checkpoint
 from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ConfigError, check_readable
-from model.hf_weights import convert_weights
+from model.hf_weights import convert_weights, read_json, weights_file
 from model.hub import fetch, is_hub_id
 from model.marian import activation_of, import_marian
 from model.tokenizer import SpecialIds, TokenizerConfig, load_sentencepiece
@@ -45,19 +45,6 @@ class Vocabulary:
         if self.tokenizer.kind == "sentencepiece":
             with atomic_path(out / VOCAB_FILE) as tmp:
                 tmp.write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
-
-
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    check_readable(path)
-    if not path.is_file():
-        raise CheckpointError(path, f"{what} is missing")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(path, f"not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(path, "must hold a JSON object")
-    return data
 
 
 def model_config(kind: str, hf: dict[str, Any], path: Path) -> ModelConfig:
@@ -334,10 +321,7 @@ def import_model(
         return import_marian(hf_dir, out, source_lang, target_lang)
     if kind not in VOCABULARIES:
         raise CheckpointError(config_path, f"model_type {kind!r} is not one we import ({', '.join(FAMILIES)})")
-    weights = hf_dir / "model.safetensors"
-    check_readable(weights)
-    if not weights.is_file():
-        raise missing_weights(weights)
+    weights = weights_file(hf_dir)
     try:
         cfg = model_config(kind, hf, config_path)
     except KeyError as e:

@@ -8,12 +8,15 @@ import re
 from pathlib import Path
 
 from model.errors import HubError
+from model.hf_weights import INDEX_FILE
 
 # What the importers read: configs, safetensors weights, tokenizer files. Pickled weights are never fetched.
 FILES = [
     "config.json",
     "generation_config.json",
     "model.safetensors",
+    "model.safetensors.index.json",  # a sharded checkpoint's index, and its shards (save_pretrained's names)
+    "model-*-of-*.safetensors",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -61,9 +64,9 @@ def fetch(repo_id: str, revision: str | None = None) -> Path:
         raise HubError(repo_id, f"download failed ({str(e).splitlines()[0][:200]})") from None
     if not (path / "config.json").is_file():
         raise HubError(repo_id, "has no config.json: not a transformers model")
-    if not (path / "model.safetensors").is_file():
+    if not (path / "model.safetensors").is_file() and not (path / INDEX_FILE).is_file():
         raise HubError(
             repo_id,
-            "has no model.safetensors (sharded or pickled weights are not read): save it with safetensors first",
+            f"has no model.safetensors nor {INDEX_FILE} (pickled weights are not read): save it with safetensors",
         )
     return path

@@ -13,7 +13,7 @@ from typing import Any
 from model.checkpoint import CheckpointMeta, save_checkpoint
 from model.config import Activation, ModelConfig
 from model.errors import CheckpointError, check_readable
-from model.hf_weights import convert_weights
+from model.hf_weights import convert_weights, weights_file
 from model.tokenizer import SpecialIds, TokenizerConfig
 
 ACTIVATIONS: dict[str, Activation] = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -64,16 +64,9 @@ def import_marian(
 ) -> Path:
     """Convert a saved Hugging Face Marian directory into our checkpoint directory."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    weights = hf_dir / "model.safetensors"
-    for path in (hf_dir, weights, hf_dir / "config.json"):
+    for path in (hf_dir, hf_dir / "config.json"):
         check_readable(path)
-    if not weights.is_file():
-        hint = (
-            " (pytorch_model.bin is a pickle and is never loaded; re-save with safetensors)"
-            if (hf_dir / "pytorch_model.bin").exists()
-            else ""
-        )
-        raise CheckpointError(weights, f"weights file is missing{hint}")
+    weights = weights_file(hf_dir)
     config_path = hf_dir / "config.json"
     try:
         hf = json.loads(config_path.read_text(encoding="utf-8"))

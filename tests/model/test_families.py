@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from model.checkpoint import read_meta
 from model.errors import CheckpointError, ConfigError, UnknownLanguageError
 from model.families import import_model
+from model.hf_weights import INDEX_FILE
 from model.translator import Translator
 from service.cli import main
 from tests.conftest import make_sentences
@@ -193,6 +194,61 @@ def test_missing_or_misshapen_tensors_are_named(family: Family, tmp_path: Path, 
     with pytest.raises(CheckpointError, match="model.safetensors") as e:
         import_model(hf, tmp_path / "out", task="translation")
     assert ("fc1" in str(e.value) or "ffn.w1" in str(e.value)) and "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def shard(family: Family, tmp_path: Path) -> Path:
+    """A copy of the family's directory with its weights in shards, as save_pretrained leaves a model over its
+    max_shard_size (NLLB-3.3B's, in three)."""
+    hf = copy_dir(family, tmp_path)
+    (hf / "model.safetensors").unlink()
+    family.model.save_pretrained(str(hf), max_shard_size="200KB")
+    return hf
+
+
+def test_sharded_weights_import_as_the_one_file_does(family: Family, imported: Path, tmp_path: Path) -> None:
+    hf = shard(family, tmp_path)
+    shards = set(json.loads((hf / INDEX_FILE).read_text(encoding="utf-8"))["weight_map"].values())
+    assert len(shards) > 2 and not (hf / "model.safetensors").exists()
+    out = import_model(hf, tmp_path / "out", task=read_meta(imported).task)
+    got, want = load_file(str(out / "model.safetensors")), load_file(str(imported / "model.safetensors"))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def damage_shards(hf: Path, damage: str) -> tuple[Path, str]:
+    """The damage done to a sharded directory, the file the error must name and what it must say."""
+    index = hf / INDEX_FILE
+    data = json.loads(index.read_text(encoding="utf-8"))
+    weight_map: dict[str, str] = data["weight_map"]
+    name = "model.decoder.layers.1.fc1.weight"
+    if damage == "missing shard":
+        (hf / weight_map[name]).unlink()
+        return hf / weight_map[name], "shard is missing"
+    if damage == "misplaced tensor":
+        weight_map[name] = next(f for f in sorted(set(weight_map.values())) if f != weight_map[name])
+        index.write_text(json.dumps(data), encoding="utf-8")
+        return hf / weight_map[name], f"has no tensor {name}"
+    if damage == "shard outside the directory":
+        weight_map[name] = "../model.safetensors"
+        index.write_text(json.dumps(data), encoding="utf-8")
+        return index, "is not a shard file's name beside the index"
+    if damage == "truncated shard":
+        shard_file = hf / weight_map[name]
+        shard_file.write_bytes(shard_file.read_bytes()[:100])
+        return shard_file, "not a valid safetensors file"
+    index.write_text('{"weight_map": ', encoding="utf-8")
+    return index, "not valid JSON"
+
+
+@pytest.mark.parametrize(
+    "damage", ["missing shard", "misplaced tensor", "shard outside the directory", "truncated shard", "bad index"]
+)
+def test_a_damaged_sharded_checkpoint_is_named(family: Family, tmp_path: Path, damage: str) -> None:
+    hf = shard(family, tmp_path)
+    path, says = damage_shards(hf, damage)
+    with pytest.raises(CheckpointError) as e:
+        import_model(hf, tmp_path / "out", task="translation")
+    assert str(path) in str(e.value) and says in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert not (tmp_path / "out" / "config.json").exists()
 
 

@@ -30,12 +30,15 @@ def m2m(tmp_path_factory: pytest.TempPathFactory) -> Family:
 
 @pytest.fixture(scope="module")
 def cache(m2m: Family, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A hub cache holding acme/tiny-m2m as huggingface_hub lays one out, and acme/pickled without safetensors."""
+    """A hub cache holding acme/tiny-m2m as huggingface_hub lays one out, acme/sharded with its weights in
+    shards, and acme/pickled without safetensors."""
     root = tmp_path_factory.mktemp("hub")
-    for repo, skip in (("tiny-m2m", ""), ("pickled", "model.safetensors")):
+    for repo, skip in (("tiny-m2m", ""), ("pickled", "model.safetensors"), ("sharded", "model.safetensors")):
         repo_dir = root / f"models--acme--{repo}"
         snapshot = repo_dir / "snapshots" / "0123abcd"
         shutil.copytree(m2m.hf_dir, snapshot, ignore=shutil.ignore_patterns(skip) if skip else None)
+        if repo == "sharded":  # as save_pretrained leaves a model over its max_shard_size
+            m2m.model.save_pretrained(str(snapshot), max_shard_size="200KB")
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text("0123abcd")
     return root
@@ -54,8 +57,9 @@ def test_hub_ids_are_told_from_directories(tmp_path: Path) -> None:
     assert not is_hub_id(str(tmp_path / "acme")) and not is_hub_id("./acme") and not is_hub_id("a/b/c")
 
 
-def test_import_by_hub_id_reads_the_cache(cache: Path, m2m: Family, tmp_path: Path) -> None:
-    r = cli("import", "acme/tiny-m2m", str(tmp_path / "ours"), cache=cache)
+@pytest.mark.parametrize("repo", ["acme/tiny-m2m", "acme/sharded"])
+def test_import_by_hub_id_reads_the_cache(cache: Path, m2m: Family, tmp_path: Path, repo: str) -> None:
+    r = cli("import", repo, str(tmp_path / "ours"), cache=cache)
     assert r.returncode == 0, r.stderr
     got = Translator.load(tmp_path / "ours", device="cpu").translate(["kalo mine"], source_lang="en", target_lang="de")
     from model.families import import_model
@@ -68,7 +72,7 @@ def test_import_by_hub_id_reads_the_cache(cache: Path, m2m: Family, tmp_path: Pa
     ("repo", "message"),
     [
         ("acme/missing", "acme/missing: not in the local hub cache, and the hub cannot be reached"),
-        ("acme/pickled", "acme/pickled: has no model.safetensors"),
+        ("acme/pickled", "acme/pickled: has no model.safetensors nor model.safetensors.index.json"),
     ],
 )
 def test_hub_errors_are_one_line(cache: Path, tmp_path: Path, repo: str, message: str) -> None:

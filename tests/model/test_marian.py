@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from model.checkpoint import load_checkpoint, read_meta
 from model.errors import CheckpointError
@@ -198,6 +199,18 @@ def test_pytorch_model_bin_without_safetensors_is_refused(marian: MarianFixture,
     assert "pickle" in str(e.value) and "pytorch_model.bin" in str(e.value)
     assert str(hf / "model.safetensors") in str(e.value)
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_sharded_marian_weights_import_as_the_one_file_does(
+    marian: MarianFixture, marian_imported: Path, tmp_path: Path
+) -> None:
+    hf = copy_hf_dir(marian, tmp_path)
+    (hf / "model.safetensors").unlink()
+    marian.model.save_pretrained(str(hf), max_shard_size="100KB")
+    assert len(list(hf.glob("model-*-of-*.safetensors"))) > 2
+    out = import_marian(hf, tmp_path / "out")
+    got, want = load_file(str(out / "model.safetensors")), load_file(str(marian_imported / "model.safetensors"))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_missing_tokenizer_file_is_named(marian: MarianFixture, tmp_path: Path) -> None:
