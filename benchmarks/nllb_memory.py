@@ -5,7 +5,8 @@ The model is random (no public weights reach this machine) but shaped as faceboo
 tests' small NLLB one (tests/model/hf_families.py), whose ids fit. Three servers, one at a time, each with only
 that model: the float32 checkpoint; the int8 checkpoint that `transformer quantize` writes; and the float32
 checkpoint quantized at load (TRANSFORMER_DTYPE=int8). Each is asked one /translate (English into German) and
-its process's resident memory (VmRSS) and peak (VmHWM) are read from /proc. A server with the tests' tiny model
+its process's resident memory (VmRSS) and peak (VmHWM), with its worker processes' where it has them, are read
+from /proc. A server with the tests' tiny model
 gives the baseline (Python, torch, the service): "model" is a server's memory above it.
 
     python benchmarks/nllb_memory.py --json nllb_memory.json
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: model/ and the tests' fixtures
+from peer import descendants  # noqa: E402
 from serve import ServerProcess  # noqa: E402
 
 NLLB_600M = {
@@ -80,15 +82,21 @@ def make_checkpoints(work: Path) -> dict[str, Path]:
 
 
 def memory(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of a process, in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
+    """VmRSS and VmHWM of a process and its worker processes, summed, in MiB."""
+    total = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for one in (pid, *descendants(pid)):
+        status = Path(f"/proc/{one}/status").read_text().splitlines()
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+        for k in total:
+            total[k] += int(fields[k].split()[0]) / 1024
+    return total
 
 
-def serve(models: Path, dtype: str, threads: int) -> dict[str, Any]:
+def serve(models: Path, dtype: str, threads: int, processes: bool, root: Path | None) -> dict[str, Any]:
     """Start `transformer serve` on models (serve.py's ServerProcess), translate once, read its memory, stop it."""
     start = time.monotonic()
-    with ServerProcess(models, {"dtype": dtype, "threads": str(threads)}) as server:
+    settings = {"dtype": dtype, "threads": str(threads), "worker_processes": str(processes).lower()}
+    with ServerProcess(models, settings, root) as server:
         ready = time.monotonic() - start
         body = {"q": "kalo mine ruza", "source": "en", "target": "de", "max_length": 16}
         r = httpx.post(f"{server.url}/translate", json=body, timeout=120)
@@ -100,13 +108,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument(
+        "--worker-processes",
+        action="store_true",
+        help="the CPU default: a worker process per thread, each with its own copy of the model (summed); "
+        "without it, one worker thread in the API's process holds the only copy",
+    )
+    p.add_argument("--root", type=Path, default=None, help="serve another checkout's code (before/after)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         dirs = make_checkpoints(Path(tmp))
         results = {}
         for name, models in dirs.items():
             dtype = "int8" if name == "float32 quantized at load" else "auto"
-            results[name] = serve(models, dtype, args.threads)
+            results[name] = serve(models, dtype, args.threads, args.worker_processes, args.root)
             print(name, json.dumps(results[name]), file=sys.stderr, flush=True)
     base = results["baseline (tiny model)"]["VmRSS"]
     f32 = results["float32"]["VmRSS"] - base

@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 
 from model.config import DecodingConfig, ModelConfig
 from model.errors import CheckpointError, ModelError, check_readable
+from model.packing import released
 from model.tokenizer import TokenizerConfig
 from model.transformer import Transformer
 
@@ -109,6 +110,7 @@ def read_meta(directory: str | Path) -> CheckpointMeta:
 
 def unique_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     """Parameters and persistent buffers, each tied tensor under its first name only."""
+    assert not released(model), "a model whose linears kept only their packed weights cannot be saved"
     tensors: dict[str, torch.Tensor] = dict(model.named_parameters())
     persistent = model.state_dict(keep_vars=True)
     tensors.update({n: b for n, b in model.named_buffers() if n in persistent})

@@ -51,8 +51,8 @@ def load_int8_weights(model: Transformer, path: Path) -> Rows:
     tensors: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for name, tensor in read_tensors(path, expected):
-            if name in quantized or name.endswith(SCALE_SUFFIX):
-                tensors[name] = tensor
+            if name in quantized or name.endswith(SCALE_SUFFIX):  # a copy: a tensor read stays in the file's
+                tensors[name] = tensor.clone()  # mapping, and one kept keeps the whole file mapped (resident)
             else:
                 targets[name].copy_(tensor)
     rows: Rows = {}

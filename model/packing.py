@@ -43,19 +43,36 @@ class PackedLinear(nn.Linear):
         self.register_buffer("packed", pack_weight(weight), persistent=False)
         self.packed_bias: Tensor | None  # the bias without its autograd history, as the packed product takes it
         self.register_buffer("packed_bias", None if bias is None else bias.detach(), persistent=False)
+        self.released = False
+
+    def release(self) -> None:
+        """Keep only the packed copy of the weight, for a model that only ever runs inference on the CPU in
+        float32 (a Translator's): the linear weights' memory halves. It then always multiplies by the packed copy,
+        and can neither train nor be saved."""
+        self.weight = nn.Parameter(self.packed.new_empty(0), requires_grad=False)  # (0,): no plain weight kept
+        self.released = True
 
     def forward(self, x: Tensor) -> Tensor:
-        if packed_ok(x):
+        if self.released or packed_ok(x):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Replace every float32 CPU nn.Linear of model by a PackedLinear sharing its parameters."""
+def pack_linears(model: nn.Module, release: bool = False) -> int:
+    """Replace every float32 CPU nn.Linear of model by a PackedLinear sharing its parameters; with release,
+    keep only their packed weights (PackedLinear.release)."""
     count = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.float32:
-                setattr(module, name, PackedLinear(child.weight, child.bias))
+                packed = PackedLinear(child.weight, child.bias)
+                if release:
+                    packed.release()
+                setattr(module, name, packed)
                 count += 1
     return count
+
+
+def released(model: nn.Module) -> bool:
+    """Whether some linear of model keeps only its packed weight (PackedLinear.release)."""
+    return any(isinstance(m, PackedLinear) and m.released for m in model.modules())

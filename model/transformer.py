@@ -14,7 +14,7 @@ from model.config import ModelConfig
 from model.copy import Copy, CopySource
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.masks import bias_of, key_mask
-from model.packing import pack_linears, pack_weight, packed_linear, packed_ok, packing_available
+from model.packing import PackedLinear, pack_linears, pack_weight, packed_linear, packed_ok, packing_available
 from model.quantize import Int8Linear
 
 
@@ -175,19 +175,22 @@ class Transformer(nn.Module):
         """The pre-softmax linear, sharing the target embedding matrix (§3.4)."""
         if self.int8_logits is not None:
             return self.int8_logits(hidden)
-        if self.packed_logits is not None and packed_ok(hidden):
+        released = isinstance(self.out_proj, PackedLinear) and self.out_proj.released  # no plain weight left
+        if self.packed_logits is not None and (released or packed_ok(hidden)):
             return packed_linear(hidden, self.packed_logits, self.logits_bias)
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
         return F.linear(hidden, weight, self.logits_bias)
 
-    def pack_for_cpu(self) -> bool:
+    def pack_for_cpu(self, release: bool = False) -> bool:
         """Pre-pack every linear weight, the tied pre-softmax one included, for fast CPU float32
-        inference (model.packing); the parameters and the arithmetic stay the same."""
+        inference (model.packing); the parameters and the arithmetic stay the same. With release, the linears
+        keep only their packed weights (an inference-only model: PackedLinear.release); the embeddings stay."""
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
         if not packing_available() or weight.dtype != torch.float32 or weight.device.type != "cpu":
             return False
-        pack_linears(self)
-        self.packed_logits = pack_weight(weight)
+        pack_linears(self, release)
+        # An untied pre-softmax linear is a PackedLinear now: its packed weight serves, not a second copy.
+        self.packed_logits = self.out_proj.packed if isinstance(self.out_proj, PackedLinear) else pack_weight(weight)
         return True
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, keep: Tensor | None = None) -> Tensor:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
 from model.beam import beam_search
+from model.checkpoint import unique_tensors
 from model.config import DecodingConfig
-from model.packing import PackedLinear, packing_available
+from model.packing import PackedLinear, packing_available, released
+from model.translator import Translator
 from tests.conftest import SPECIAL, build_model, pad_ids, random_source, tiny_config
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN")
@@ -46,3 +49,33 @@ def test_training_through_a_packed_model_uses_the_live_weights() -> None:
     assert after.requires_grad and not torch.allclose(before, after)
     after.sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_a_released_model_keeps_one_copy_of_each_linear_weight_and_computes_the_same(tie_output: bool) -> None:
+    """Translator.load keeps only the packed weights: the same logits and search, with gradients on too, and the
+    plain linear weights gone (an untied pre-softmax weight packed once, not twice)."""
+    plain = build_model(tiny_config(300, tie_output=tie_output), seed=5)
+    packed = copy.deepcopy(plain)
+    assert packed.pack_for_cpu(release=True) and released(packed)
+    linears = [m for m in packed.modules() if isinstance(m, PackedLinear)]
+    assert len(linears) == 2 * 4 + 2 * 7 + (not tie_output) and all(m.weight.numel() == 0 for m in linears)
+    if not tie_output:
+        assert packed.out_proj is not None and packed.packed_logits is packed.out_proj.get_buffer("packed")
+    gen = torch.Generator().manual_seed(2)
+    src, mask = pad_ids([random_source(gen, n, 300) for n in (4, 8)])
+    tgt = torch.randint(4, 300, (2, 6), generator=gen)
+    torch.testing.assert_close(packed(src, mask, tgt), plain(src, mask, tgt).detach(), atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        cfg = DecodingConfig(beam_size=3, max_len_b=10)
+        want = beam_search(plain, src, mask, cfg, SPECIAL)
+        got = beam_search(packed, src, mask, cfg, SPECIAL)
+    assert [[h.ids for h in n] for n in got] == [[h.ids for h in n] for n in want]
+    with pytest.raises(AssertionError, match="cannot be saved"):
+        unique_tensors(packed)
+
+
+def test_a_loaded_translator_keeps_only_the_packed_weights(checkpoint_dir: Path) -> None:
+    translator = Translator.load(checkpoint_dir, device="cpu")
+    assert released(translator.model)
+    assert not released(Translator.load(checkpoint_dir, device="cpu", pack=False).model)

@@ -117,6 +117,20 @@ def test_an_int8_checkpoint_decodes_exactly_as_quantizing_at_load(
     assert all((int8_dir / f).stat().st_mode & 0o777 == 0o644 for f in (CONFIG_FILE, WEIGHTS_FILE))
 
 
+def mapped(path: Path) -> bool:
+    """Whether this process maps the file (its pages count in its resident memory while they are touched)."""
+    return any(line.rstrip().endswith(str(path.resolve())) for line in Path("/proc/self/maps").read_text().splitlines())
+
+
+@needs_int8
+def test_a_loaded_model_leaves_its_weights_file_unmapped(int8_dir: Path, checkpoint_dir: Path) -> None:
+    """The int8 tables kept from a checkpoint are copies: a tensor read from safetensors lives in the file's
+    mapping, and one kept would keep the whole file mapped and resident beside the model."""
+    loaded = [Translator.load(int8_dir), Translator.load(checkpoint_dir), Translator.load(checkpoint_dir, dtype="int8")]
+    assert all(t.translate(["kalo"], max_len_b=4) for t in loaded)
+    assert not mapped(int8_dir / WEIGHTS_FILE) and not mapped(checkpoint_dir / WEIGHTS_FILE)
+
+
 def test_an_int8_checkpoint_is_refused_where_float_weights_are_needed(
     int8_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
