@@ -76,12 +76,16 @@ class Weights:
 
     def __enter__(self) -> Weights:
         files = read_index(self.path) if self.path.name == INDEX_FILE else {}
-        opened = {file: self._open(file) for file in sorted(set(files.values()))} if files else {}
-        if not files:
-            handle = self._open(self.path)
-            self._where = {name: (handle, self.path) for name in handle.keys()}  # noqa: SIM118 - no dict
-        else:
-            self._where = {name: (opened[file], file) for name, file in files.items()}
+        try:
+            if files:
+                opened = {file: self._open(file) for file in sorted(set(files.values()))}
+                self._where = {name: (opened[file], file) for name, file in files.items()}
+            else:
+                handle = self._open(self.path)
+                self._where = {name: (handle, self.path) for name in handle.keys()}  # noqa: SIM118 - no dict
+        except BaseException:
+            self._stack.close()  # the shards opened before the one that failed
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
