@@ -67,7 +67,10 @@ def ours(hf_dir: Path, work: Path, args: argparse.Namespace) -> Decode:
         import_model(hf_dir, work / "ours", task=task), device="cpu", dtype=args.dtype, threads=args.threads
     )
     pair = {"source_lang": "en", "target_lang": "de"} if tr.tokenizer.multilingual else {}
-    options = {"length_penalty": 1.0, "length_penalty_form": "average", "max_len_a": 0, "max_len_b": args.max_new - 1}
+    # At the limit, transformers ends BART's outputs with a forced EOS (its forced_eos_token_id), one of the
+    # --max-new tokens; NLLB's and CTranslate2's end without one, as ours do: so ours' limit is one less for BART.
+    limit = args.max_new - 1 if args.family == "bart" else args.max_new
+    options = {"length_penalty": 1.0, "length_penalty_form": "average", "max_len_a": 0, "max_len_b": limit}
 
     def decode(batch: list[str]) -> list[str]:
         out = tr.translate(batch, beam_size=args.beam, early_stopping=True, max_batch_size=32, **pair, **options)

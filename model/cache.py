@@ -20,6 +20,8 @@ JOIN_ROOM = 32  # free positions a joined cache starts with; it grows as needed
 MAX_SPANS = 4  # most row ranges a step's self-attention and reordering are cut into (row_spans)
 SPAN_DROP = 0.5  # a new range starts where sentences hold at most this share of the range's longest
 SPAN_MIN = 4  # sentences a range holds at least before a new one starts
+IN_PLACE_MIN = 2048  # row positions from which a CPU cache is reordered in place (_moved_rows)
+IN_PLACE_SHARE = 0.5  # most share of rows taking another row's hypothesis for which that pays (two copies each)
 
 
 @dataclass(frozen=True)
@@ -176,14 +178,20 @@ class DecoderCache:
         slots = [b if self.slots is None else self.slots[b] for b in kept]
         moved = _compacted(slots)
         spans = row_spans(lengths, new_beams)
+        in_place = _moved_rows(beam_idx, spans) if self.rows == R and beam_idx.device.type == "cpu" else None
         layers = []
         for layer in self.layers:
             kv, spare = layer.spare, layer.kv
-            if self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
+            if in_place is not None:  # only the rows whose parent is another row are copied
+                kv, spare = layer.kv, layer.spare
+                for rows, n in in_place:
+                    filled = kv[:, :, :, :n]
+                    filled.index_copy_(0, rows, filled.index_select(0, beam_idx[rows]))
+            elif self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
                 kv, spare = kv[:R], spare[:R]
             elif self.rows < R:  # more beams per sentence: new buffers
                 kv, spare = _buffer(layer.kv, self.capacity, R), _buffer(layer.kv, self.capacity, R)
-            for r0, r1, n in spans:
+            for r0, r1, n in spans if in_place is None else ():
                 torch.index_select(layer.kv[:, :, :, :n], 0, beam_idx[r0:r1], out=kv[r0:r1, :, :, :n])
             layers.append(
                 replace(
@@ -260,6 +268,27 @@ class DecoderCache:
         return DecoderCache(
             layers=tuple(layers), cross_bias=bias, lengths=self.lengths + new.lengths, slots=slots, copy=copy
         )
+
+
+def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[tuple[Tensor, int]] | None:
+    """For reordering in place, on the CPU, a large cache (at least IN_PLACE_MIN row positions): each span's rows
+    whose parent is another row (R,) and the positions they hold. Rows that keep their own hypothesis (most, in
+    a search whose beams have settled) are then not copied at all; a copy of every row into the spare buffer
+    costs memory traffic for the whole cache. None for a small cache, where the extra calls cost more, and where
+    more than IN_PLACE_SHARE of the rows move: each moved row is copied twice (gathered, then written back)."""
+    if sum((r1 - r0) * n for r0, r1, n in spans) < IN_PLACE_MIN:
+        return None
+    moved = torch.nonzero(beam_idx != torch.arange(beam_idx.numel())).squeeze(1)  # (M,)
+    if moved.numel() > IN_PLACE_SHARE * beam_idx.numel():
+        return None
+    if len(spans) == 1:
+        return [(moved, spans[0][2])] if moved.numel() else []
+    out = []
+    for r0, r1, n in spans:
+        rows = moved[(moved >= r0) & (moved < r1)]
+        if rows.numel():
+            out.append((rows, n))
+    return out
 
 
 def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.beam import BeamLoop, search_all, survivors
-from model.cache import DecoderCache, _row_capacity, row_spans
+from model.cache import IN_PLACE_MIN, DecoderCache, _row_capacity, row_spans
 from model.config import DecodingConfig
 from model.masks import pad_batch
 from model.output import Hypothesis
@@ -197,15 +197,21 @@ def nan_filled_memory() -> Iterator[None]:
     torch.utils.deterministic.fill_uninitialized_memory = before[1]
 
 
-@pytest.mark.parametrize("copy", [False, True])
+@pytest.mark.parametrize(("copy", "in_place_min"), [(False, 0), (True, 0), (False, IN_PLACE_MIN)])
 @torch.no_grad()
 @pytest.mark.usefixtures("nan_filled_memory")
-def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9(copy: bool) -> None:
+def test_a_refilled_loop_in_float64_equals_every_search_alone_to_1e9(
+    copy: bool, in_place_min: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In float64, rounding cannot flip near-ties: 120 sentences taking the rows others free (8 at most), with
     output limits of 20 to 60 tokens, each equal to its search alone in tokens and to 1e-9 in score. (In float32
     the different shapes round differently, and random weights have near-ties that then break either way.)
     Memory never written reads as NaN here: a row must never read (even masked) a position nobody wrote.
-    With copying, each sentence's source ids and copy keys move with its slot."""
+    With copying, each sentence's source ids and copy keys move with its slot. in_place_min 0: every reordering
+    that keeps the number of rows is done in place (model.cache._moved_rows), however many rows move."""
+    monkeypatch.setattr("model.cache.IN_PLACE_MIN", in_place_min)
+    if in_place_min == 0:
+        monkeypatch.setattr("model.cache.IN_PLACE_SHARE", 1.0)
     model = biased_model(eos_bias=-2.0, seed=3, max_len=128, copy=copy).double()
     rng = random.Random(0)
     srcs = sources([rng.randint(2, 20) for _ in range(120)], seed=9)
@@ -281,3 +287,50 @@ def test_joining_and_leaving_copy_no_other_sentence_and_reused_slots_mask_the_ol
     bias = loop.cache.cross_bias[:, 0, 0]
     assert bias.size(-1) == 20 and bias[0, 9:].eq(float("-inf")).all() and bias[2, 3:].eq(float("-inf")).all()
     assert bias[3].eq(0).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@torch.inference_mode()  # as the search runs: its cache's tensors are inference tensors
+def test_reordering_in_place_equals_copying_every_row(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large CPU cache is reordered in place, copying only the rows whose parent is another row: each row's
+    filled positions equal those of the copy of every row into the spare buffer, across row ranges."""
+    model = biased_model(eos_bias=-3.0, seed=seed, max_len=128)
+    rng = random.Random(seed)
+    srcs = sources([rng.randint(2, 20) for _ in range(6)], seed=seed)
+    cfg = DecodingConfig(beam_size=4, max_len_a=0.0, max_len_b=60, min_length=30)
+    loop = BeamLoop(model, SPECIAL, 4)
+    for step, src in enumerate(srcs):  # one sentence joins at each step: lengths differ, rows fall into ranges
+        loop.admit([src], [cfg], [step])
+        loop.step()
+    cache = loop.cache
+    assert cache is not None and len(cache.positions().spans) > 1
+    gen = torch.Generator().manual_seed(seed)
+    R, beams = cache.rows, cache.beams
+    parents = torch.randint(0, beams, (R,), generator=gen) + torch.arange(R) // beams * beams
+    keep = torch.rand(R, generator=gen) < 0.4
+    beam_idx = torch.where(keep, torch.arange(R), parents)  # (R,) some rows keep their own hypothesis
+    monkeypatch.setattr("model.cache.IN_PLACE_MIN", 10**9)
+    copied = cache.reorder(beam_idx)
+    want = [layer.kv.clone() for layer in copied.layers]  # the spare buffers, before the next reordering
+    monkeypatch.setattr("model.cache.IN_PLACE_MIN", 0)
+    monkeypatch.setattr("model.cache.IN_PLACE_SHARE", 1.0)
+    moved = cache.reorder(beam_idx)
+    assert all(a.kv.data_ptr() == b.kv.data_ptr() for a, b in zip(moved.layers, cache.layers, strict=True))
+    assert moved.lengths == copied.lengths
+    for layer, kv in zip(moved.layers, want, strict=True):
+        for r, n in enumerate(n for n in moved.lengths for _ in range(beams)):
+            assert torch.equal(layer.kv[r, :, :, :n], kv[r, :, :, :n])
+
+
+@pytest.mark.parametrize(("moving", "in_place"), [(1, True), (2, True), (3, False), (4, False)])
+def test_a_reordering_that_moves_most_rows_copies_every_row(moving: int, in_place: bool) -> None:
+    """In place pays while at most half the rows take another row's hypothesis (each is copied twice); beyond
+    that, _moved_rows answers None and the whole cache is copied once."""
+    from model.cache import _moved_rows
+
+    beam_idx = torch.arange(4)
+    beam_idx[:moving] = (beam_idx[:moving] + 1) % 4  # (R,) the first `moving` rows take another row's
+    got = _moved_rows(beam_idx, ((0, 4, 1024),))
+    assert (got is not None) == in_place
+    if got is not None:
+        assert [(rows.tolist(), n) for rows, n in got] == [(list(range(moving)), 1024)]
