@@ -184,9 +184,10 @@ class DecoderCache:
             kv, spare = layer.spare, layer.kv
             if in_place is not None:  # only the rows whose parent is another row are copied
                 kv, spare = layer.kv, layer.spare
-                for rows, n in in_place:
-                    filled = kv[:, :, :, :n]
-                    filled.index_copy_(0, rows, filled.index_select(0, beam_idx[rows]))
+                for rows, n in in_place:  # gathered through the spare buffer: a new one costs page faults
+                    filled, gathered = kv[:, :, :, :n], spare[: rows.numel(), :, :, :n]  # (M, h, 2, n, d_k)
+                    torch.index_select(filled, 0, beam_idx[rows], out=gathered)
+                    filled.index_copy_(0, rows, gathered)
             elif self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
                 kv, spare = kv[:R], spare[:R]
             elif self.rows < R:  # more beams per sentence: new buffers
