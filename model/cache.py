@@ -181,19 +181,20 @@ class DecoderCache:
         in_place = _moved_rows(beam_idx, spans) if self.rows == R and beam_idx.device.type == "cpu" else None
         layers = []
         for layer in self.layers:
-            kv, spare = layer.spare, layer.kv
             if in_place is not None:  # only the rows whose parent is another row are copied
                 kv, spare = layer.kv, layer.spare
                 for rows, n in in_place:  # gathered through the spare buffer: a new one costs page faults
                     filled, gathered = kv[:, :, :, :n], spare[: rows.numel(), :, :, :n]  # (M, h, 2, n, d_k)
                     torch.index_select(filled, 0, beam_idx[rows], out=gathered)
                     filled.index_copy_(0, rows, gathered)
-            elif self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
-                kv, spare = kv[:R], spare[:R]
-            elif self.rows < R:  # more beams per sentence: new buffers
-                kv, spare = _buffer(layer.kv, self.capacity, R), _buffer(layer.kv, self.capacity, R)
-            for r0, r1, n in spans if in_place is None else ():
-                torch.index_select(layer.kv[:, :, :, :n], 0, beam_idx[r0:r1], out=kv[r0:r1, :, :, :n])
+            else:  # every row copied into the spare buffer; the two swap
+                kv, spare = layer.spare, layer.kv
+                if self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
+                    kv, spare = kv[:R], spare[:R]
+                elif self.rows < R:  # more beams per sentence: new buffers
+                    kv, spare = _buffer(layer.kv, self.capacity, R), _buffer(layer.kv, self.capacity, R)
+                for r0, r1, n in spans:
+                    torch.index_select(layer.kv[:, :, :, :n], 0, beam_idx[r0:r1], out=kv[r0:r1, :, :, :n])
             layers.append(
                 replace(
                     layer,
@@ -282,14 +283,8 @@ def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[tuple[Tensor,
     moved = torch.nonzero(beam_idx != torch.arange(beam_idx.numel())).squeeze(1)  # (M,)
     if moved.numel() > IN_PLACE_SHARE * beam_idx.numel():
         return None
-    if len(spans) == 1:
-        return [(moved, spans[0][2])] if moved.numel() else []
-    out = []
-    for r0, r1, n in spans:
-        rows = moved[(moved >= r0) & (moved < r1)]
-        if rows.numel():
-            out.append((rows, n))
-    return out
+    cut = [moved[(moved >= r0) & (moved < r1)] for r0, r1, _ in spans]  # each (M_span,)
+    return [(rows, n) for rows, (_, _, n) in zip(cut, spans, strict=True) if rows.numel()]
 
 
 def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.beam import BeamLoop, search_all, survivors
-from model.cache import IN_PLACE_MIN, DecoderCache, _row_capacity, row_spans
+from model.cache import IN_PLACE_MIN, DecoderCache, _moved_rows, _row_capacity, row_spans
 from model.config import DecodingConfig
 from model.masks import pad_batch
 from model.output import Hypothesis
@@ -326,8 +326,6 @@ def test_reordering_in_place_equals_copying_every_row(seed: int, monkeypatch: py
 def test_a_reordering_that_moves_most_rows_copies_every_row(moving: int, in_place: bool) -> None:
     """In place pays while at most half the rows take another row's hypothesis (each is copied twice); beyond
     that, _moved_rows answers None and the whole cache is copied once."""
-    from model.cache import _moved_rows
-
     beam_idx = torch.arange(4)
     beam_idx[:moving] = (beam_idx[:moving] + 1) % 4  # (R,) the first `moving` rows take another row's
     got = _moved_rows(beam_idx, ((0, 4, 1024),))
