@@ -117,6 +117,21 @@ def write_marian_tokenizer(
     return vocab
 
 
+def read_whole(checkpoint: Path, texts: list[str]) -> list[int]:
+    """The indices of the texts that the service reads as they are: one sentence (model.segment), nothing kept out
+    of it (model.protect). The service translates the others sentence by sentence and puts numbers, URLs and
+    code spans back itself, where the peers (CTranslate2, transformers) read each line whole: they would not do
+    the same work."""
+    from model.translator import Translator
+
+    tr = Translator.load(checkpoint, device="cpu")
+    return [
+        i
+        for i, segmented in enumerate(tr.segment(texts))
+        if len(segmented.sentences) == 1 and not tr.encode_segments([segmented])[0].protected.kept
+    ]
+
+
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()

@@ -6,7 +6,9 @@ Two workloads:
   the machine's own corpus) and held-out sentences; every engine translates the text (tokenization
   included) with natural stopping and the same options: beam --beam-size, length penalty |Y|^alpha
   (--alpha), at most --max-output tokens, and each sentence ends once beam_size hypotheses have ended
-  (CTranslate2's and fairseq's rule; transformers' early_stopping=True). Reported: sentences/s and BLEU
+  (CTranslate2's and fairseq's rule; transformers' early_stopping=True). Only the lines our Translator reads
+  whole are decoded (common.read_whole: one sentence, nothing kept out), since the peers read every line
+  whole and would otherwise do different work on the others. Reported: sentences/s and BLEU
   against the references; a speed ratio means something only where the engines' BLEU agree (within 0.3).
 - forced (the default): a random Hugging Face Marian model (and a SentencePiece tokenizer trained on the
   fly); every engine decodes the same source ids and every output is forced to exactly --out-tokens tokens:
@@ -497,14 +499,20 @@ def run_text(args: argparse.Namespace) -> dict[str, Any]:
     """The real workload: every engine translates the held-out text; sentences/s and BLEU."""
     import sacrebleu
 
+    from model.marian import import_marian
+
     texts = [line.strip() for line in args.text.read_text(encoding="utf-8").splitlines()][: args.sentences or None]
     refs = [line.strip() for line in args.refs.read_text(encoding="utf-8").splitlines()][: len(texts)]
-    wl = TextWorkload([texts])
     seconds: dict[str, list[float]] = {}
     outputs: dict[str, list[str]] = {}
     computes: dict[str, str] = {}
     engines: dict[str, EngineProcess] = {}
     with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
+        import_marian(args.hf_dir, Path(tmp) / "whole")
+        whole = common.read_whole(Path(tmp) / "whole", texts)
+        log(f"{len(whole)} of {len(texts)} texts are one sentence with nothing kept out: those are decoded")
+        texts, refs = [texts[i] for i in whole], [refs[i] for i in whole]
+        wl = TextWorkload([texts])
         for name in args.engines:
             engine = EngineProcess(name, args.hf_dir, Path(tmp), wl, args)
             compute, skipped = engine.ready()

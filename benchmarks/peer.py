@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import read_whole
 from serve import Process, ServerProcess, drive, options, workload
 
 from model.config import DecodingConfig
@@ -74,18 +75,6 @@ class PeerProcess(Process):
         cmd += ["--beam-size", str(args.beam_size), "--alpha", str(args.alpha), "--max-output", str(args.max_output)]
         cmd += ["--inter-threads", str(args.threads), "--intra-threads", "1"]
         super().__init__(lambda port: [*cmd, "--port", str(port)])
-
-
-def read_whole(checkpoint: Path, texts: list[str]) -> list[int]:
-    """The indices of the texts that the service reads as they are: one sentence (model.segment), nothing kept out
-    of it (model.protect). The service translates the others sentence by sentence and puts numbers, URLs and
-    code spans back itself, where the peer reads each line whole: the two would not do the same work."""
-    tr = Translator.load(checkpoint, device="cpu")
-    return [
-        i
-        for i, segmented in enumerate(tr.segment(texts))
-        if len(segmented.sentences) == 1 and not tr.encode_segments([segmented])[0].protected.kept
-    ]
 
 
 def offline_ratio(checkpoint: Path, ct2: Path, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
