@@ -4,7 +4,9 @@ on serving; an input too long for the worker's model fails its job, not the work
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -199,3 +201,37 @@ def test_a_read_takes_its_share_of_what_is_queued() -> None:
 )
 def test_worker_plan(settings: dict[str, object], beside_api: bool, plan: WorkerPlan) -> None:
     assert ServiceSettings(**settings).worker_plan(beside_api) == plan
+
+
+def test_cancelled_jobs_are_asked_about_every_interval_and_expired_ones_every_step(models_dir: Path) -> None:
+    """Asking the queue which jobs were cancelled is a round trip from a worker process or on Redis: the worker
+    asks at most every ask_unwanted_every_s, while deadlines, which it reads itself, are checked every step."""
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    settings = ServiceSettings()
+    queue = MemoryQueue(settings)
+    asked: list[list[str]] = []
+    unwanted = queue.unwanted
+
+    def counted(job_ids: list[str]) -> set[str]:
+        asked.append(job_ids)
+        return unwanted(job_ids)
+
+    queue.unwanted = counted  # type: ignore[method-assign]
+    worker = Worker(queue, {"m": translator}, settings, ask_unwanted_every_s=3600)
+    cancelled, late, kept = (Job("m", ["kalo mine tavu"], SHORT, background=True) for _ in range(3))
+
+    async def go() -> None:
+        for job in (cancelled, late, kept):
+            await queue.submit(job)
+        worker.admit(queue.read(3, 0.0))
+        worker.prune()  # the first prune asks
+        assert len(asked) == 1 and set(worker.pool.jobs) == {cancelled.id, late.id, kept.id}
+        await queue.cancel(cancelled.id, None)
+        worker.pool.jobs[late.id].job = dataclasses.replace(late, deadline=time.time() - 1)
+        worker.prune()  # within the interval: not asked, yet the job past its deadline is let go
+        assert len(asked) == 1 and set(worker.pool.jobs) == {cancelled.id, kept.id}
+        worker.ask_unwanted_every_s = 0.0
+        worker.prune()  # asked again: the cancelled job is let go
+        assert len(asked) == 2 and set(worker.pool.jobs) == {kept.id}
+
+    asyncio.run(go())
