@@ -36,6 +36,7 @@ from model.translator import Translator
 
 HERE = Path(__file__).resolve().parent
 REDIS_WORKERS = "redis_workers"  # --ours NAME=redis_workers:N,...: Redis mode, not a TRANSFORMER_* setting
+ROOT = "root"  # --ours NAME=root:DIR,...: the code of another checkout (a worktree of main, for before/after)
 
 
 def descendants(pid: int) -> list[int]:
@@ -116,10 +117,11 @@ def level(
     import sacrebleu
 
     asyncio.run(drive(server.url, texts[:1], 1, args))  # warm-up
-    cpu = sum(cpu_seconds(pid) for pid in server.pids())
+    cpu, api = sum(cpu_seconds(pid) for pid in server.pids()), cpu_seconds(server.proc.pid, tree=False)
     answers: list[bytes] = []
     seconds, lat = asyncio.run(drive(server.url, texts, n, args, answers))
     cpu = sum(cpu_seconds(pid) for pid in server.pids()) - cpu
+    api = cpu_seconds(server.proc.pid, tree=False) - api
     outputs = [str(json.loads(a)["translatedText"]) for a in answers]
     q = statistics.quantiles(lat, n=100, method="inclusive")
     row = {
@@ -129,12 +131,14 @@ def level(
         "p50_ms": 1000 * statistics.median(lat),
         "p99_ms": 1000 * q[98],
         "cpu_ms_per_request": 1000 * cpu / len(texts),
+        "api_cpu_ms_per_request": 1000 * api / len(texts),  # the API's process alone, not its worker processes
         "bleu": sacrebleu.corpus_bleu(outputs, [refs]).score if refs else None,
     }
     bleu = f"  BLEU {row['bleu']:.2f}" if refs else ""
     print(
         f"  {name:9s} N={n:3d}: {row['sentences_per_s']:7.1f} sentences/s  p50 {row['p50_ms']:6.0f} ms  "
-        f"p99 {row['p99_ms']:6.0f} ms  CPU {row['cpu_ms_per_request']:5.1f} ms/request{bleu}",
+        f"p99 {row['p99_ms']:6.0f} ms  CPU {row['cpu_ms_per_request']:5.1f} ms/request "
+        f"(API process {row['api_cpu_ms_per_request']:4.1f}){bleu}",
         flush=True,
     )
     row["outputs"] = outputs
@@ -174,7 +178,8 @@ def compare(args: argparse.Namespace) -> None:
                 extra = dict(given)
                 workers = int(extra.pop(REDIS_WORKERS, "0"))  # Redis mode, with this many `transformer worker`s
                 redis = args.redis if workers else None
-                server = ServerProcess(checkpoint.parent, settings | extra, redis=redis, workers=workers)
+                root = Path(extra.pop(ROOT)) if ROOT in extra else None
+                server = ServerProcess(checkpoint.parent, settings | extra, root=root, redis=redis, workers=workers)
                 engines.append((name, stack.enter_context(server)))
             engines.append(("peer", stack.enter_context(PeerProcess(ct2, args.peer, args))))
             for r in range(args.rounds):
@@ -197,7 +202,7 @@ def compare(args: argparse.Namespace) -> None:
 def ours_configs(specs: list[str] | None) -> dict[str, dict[str, str]]:
     """NAME=KEY:VALUE,... (--ours here, workers.py's configurations): our servers' names and their TRANSFORMER_*
     settings (default: one, "ours"); here the key redis_workers:N serves on Redis (--redis) with N `transformer
-    worker` processes."""
+    worker` processes, and root:DIR with the code of that checkout."""
     configs = {}
     for spec in specs or ["ours="]:
         name, _, pairs = spec.partition("=")
@@ -220,7 +225,7 @@ def summarize(
     )
     print(
         "clients  ours s/s  peer s/s  ratio (each round)      ours p50/p99 ms  peer p50/p99 ms  "
-        "CPU ms/req ours/peer  agree"
+        "CPU ms/req ours/peer  ours' API  agree"
     )
     table = []
     for n in args.clients:
@@ -238,7 +243,7 @@ def summarize(
             **{
                 f"{e}_{k}": mean(e, n, k)
                 for e in ("ours", "peer")
-                for k in ("sentences_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request")
+                for k in ("sentences_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request", "api_cpu_ms_per_request")
             },
             "ratio_each_round": each,
             "outputs_agree": agree,
@@ -250,6 +255,6 @@ def summarize(
             f"{statistics.mean(each):.2f}x ({', '.join(f'{x:.2f}' for x in each)})  "
             f"{entry['ours_p50_ms']:7.0f}/{entry['ours_p99_ms']:<7.0f}  {entry['peer_p50_ms']:7.0f}/"
             f"{entry['peer_p99_ms']:<7.0f}  {entry['ours_cpu_ms_per_request']:9.1f}/"
-            f"{entry['peer_cpu_ms_per_request']:<9.1f}  {agree:.1%}"
+            f"{entry['peer_cpu_ms_per_request']:<9.1f}  {entry['ours_api_cpu_ms_per_request']:11.1f}  {agree:.1%}"
         )
     return table

@@ -422,7 +422,7 @@ def main() -> None:
         default=None,
         help="with --peer: one server of ours, NAME=KEY:VALUE,... of TRANSFORMER_* settings (repeatable; default: "
         "one, with the default settings), each measured against the peer; redis_workers:N serves it on Redis "
-        "(--redis) with N `transformer worker` processes",
+        "(--redis) with N `transformer worker` processes, and root:DIR with the code of that checkout",
     )
     p.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="with --ours ...redis_workers:N: the Redis")
     p.add_argument("--refs", type=Path, default=None, help="with --peer: references of --text, for BLEU")

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from service.errors import QueueFull, RequestTimeout
@@ -62,6 +63,7 @@ class MemoryQueue:
         self.in_flight: dict[int, tuple[int, int]] = {}  # jobs, texts: what each worker (thread) holds
         self.readers = 1  # the workers reading: a read takes its share of what is queued
         self.buckets: dict[str, Bucket] = {}
+        self.wakers: dict[str, Callable[[], None]] = {}  # called whenever jobs are queued (worker processes' Bridges)
 
     # -- the API's side (ApiQueue) ---------------------------------------------------------------
 
@@ -78,6 +80,7 @@ class MemoryQueue:
             self.active += 1
             self.queued.append(job)
             self.ready.notify()
+            self._wake()
 
     async def wait(self, job_id: str, timeout: float) -> Answer:
         event = asyncio.Event()
@@ -159,6 +162,18 @@ class MemoryQueue:
     async def close(self) -> None:
         return None
 
+    def watch(self, name: str, wake: Callable[[], None] | None) -> None:
+        """Call wake (quick, never raising) whenever jobs are queued, until watched again with None."""
+        with self.lock:
+            if wake is None:
+                self.wakers.pop(name, None)
+            else:
+                self.wakers[name] = wake
+
+    def _wake(self) -> None:
+        for wake in self.wakers.values():
+            wake()
+
     def _end(self, entry: _Entry, status: JobStatus) -> None:
         """Move a job to an ended status; a background job is kept for result_ttl_s from now."""
         if entry.status in ACTIVE:
@@ -195,6 +210,10 @@ class MemoryQueue:
                     out.append(job)
             return out
 
+    def has_queued(self) -> bool:
+        """Whether jobs wait to be read (some may be abandoned ones, which a read skips)."""
+        return bool(self.queued)
+
     def requeue(self, jobs: list[Job]) -> None:
         """Put back the jobs of a worker process that died at the front of the queue, in their order; one
         delivered max_deliveries times fails instead (it may be what crashed them, as with Redis)."""
@@ -210,6 +229,7 @@ class MemoryQueue:
                     entry.status = JobStatus.queued
                     self.queued.appendleft(job)
             self.ready.notify_all()
+            self._wake()
 
     def maintain(self) -> list[Job]:
         return []  # one process: nothing to reclaim

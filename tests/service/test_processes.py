@@ -1,11 +1,12 @@
 """The embedded queue's workers in child processes (service.queue.processes), through real HTTP and real child
 processes: the same answers as the translator alone, nothing lost when a child is killed mid-batch, a job that
-kills every child fails instead of killing them forever, a client that hangs up frees its rows in the child, and a
-child that cannot load the models is reported by /readyz."""
+kills every child fails instead of killing them forever, a client that hangs up frees its rows in the child, a
+child that cannot load the models is reported by /readyz, and a busy child asks for new jobs only when woken."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from model.translator import Translator
+from service.queue.processes import ParentGone, PipeQueue, poke
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
 from tests.service.conftest import Server, wait_until
@@ -119,3 +121,59 @@ def test_a_worker_process_that_cannot_load_the_models_is_reported(broken_dir: Pa
             time.sleep(0.2)
         assert r.status_code == 503 and "could not load the models" in r.text, r.text
         assert children(server) == []  # not started again and again
+
+
+def test_a_busy_child_asks_for_jobs_only_when_woken_or_told_more_wait() -> None:
+    """PipeQueue over real pipes: a read that would not wait asks the API's process (writes a line) only after a
+    byte on the wake pipe or a reply saying more jobs are queued; a waiting read always asks."""
+    to_child_r, to_child_w = os.pipe()
+    to_api_r, to_api_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(to_api_r, False)
+    with open(to_child_r, "rb") as source, open(to_child_w, "wb") as api_out, open(to_api_w, "wb") as sink:
+        queue = PipeQueue(source, sink, wake_r)
+
+        def read(block_s: float, more: bool) -> bool:
+            """One read, the API's reply written beforehand; whether the child asked (and so took the reply)."""
+            api_out.write(json.dumps({"jobs": [], "more": more}).encode() + b"\n")
+            api_out.flush()
+            assert queue.read(4, block_s) == []
+            try:
+                asked = os.read(to_api_r, 4096)
+            except BlockingIOError:
+                asked = b""
+            if not asked:
+                source.readline()  # the unused reply
+            return asked != b""
+
+        assert read(0.0, more=False)  # the first read asks
+        assert not read(0.0, more=False) and not read(0.0, more=False)  # nothing queued since: no round trip
+        poke(wake_w)
+        poke(wake_w)
+        assert read(0.0, more=True)  # woken (twice: one read empties the pipe)
+        assert read(0.0, more=False)  # the last reply said more were queued
+        assert not read(0.0, more=False)
+        assert read(1.0, more=False)  # an idle child waits in the API's process: it always asks
+        os.close(wake_w)  # the API's process is gone: the next read asks, and finds out
+        api_out.close()
+        with pytest.raises(ParentGone):
+            queue.read(4, 0.0)
+    os.close(wake_r)
+    os.close(to_api_r)
+
+
+def test_requests_join_a_busy_worker_process_search(serve: Callable[..., Server], models_dir: Path) -> None:
+    """Requests posted while a large job keeps the one child's search busy are read (it is woken), answered as
+    the translator alone would, and answered before the job ends."""
+    server = serve(worker_processes=True, threads=1, max_batch_size=6)
+    job_texts = make_sentences(400, seed=14, min_words=6, max_words=14)
+    job = httpx.post(f"{server.url}/jobs", json={"texts": job_texts, "max_length": 60}).json()
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["progress"]["done"] > 0, 60)
+    texts = make_sentences(6, seed=15, max_words=10)
+    responses = asyncio.run(post_all(server.url, texts, max_length=8))
+    assert httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "running", "the job should outlast them"
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
+    alone = translator.translate(texts, max_len_a=0.0, max_len_b=8)
+    assert [r.json()["translatedText"] for r in responses] == [o.text for o in alone]
