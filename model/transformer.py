@@ -14,7 +14,15 @@ from model.config import ModelConfig
 from model.copy import Copy, CopySource
 from model.layers import KV, CrossAttention, Embedding, FeedForward, Residual, SelfAttention, Tokens
 from model.masks import bias_of, key_mask
-from model.packing import PackedLinear, pack_linears, pack_weight, packed_linear, packed_ok, packing_available
+from model.packing import (
+    Layout,
+    PackedLinear,
+    default_layout,
+    pack_linears,
+    pack_weight,
+    packed_linear,
+    packed_ok,
+)
 from model.quantize import Int8Linear
 
 
@@ -108,6 +116,7 @@ class Transformer(nn.Module):
         self.copy = Copy(cfg) if cfg.copy else None  # not in the paper: ModelConfig.copy
         self.packed_logits: Tensor | None  # the pre-softmax weight packed for CPU inference (pack_for_cpu)
         self.register_buffer("packed_logits", None, persistent=False)
+        self.packed_layout: Layout = "onednn"  # packed_logits' layout
         self.int8_logits: Int8Linear | None = None  # the pre-softmax linear in int8 (model.quantize)
         self.reset_parameters()
 
@@ -177,20 +186,25 @@ class Transformer(nn.Module):
             return self.int8_logits(hidden)
         released = isinstance(self.out_proj, PackedLinear) and self.out_proj.released  # no plain weight left
         if self.packed_logits is not None and (released or packed_ok(hidden)):
-            return packed_linear(hidden, self.packed_logits, self.logits_bias)
+            bias = None if self.logits_bias is None else self.logits_bias.detach()
+            return packed_linear(hidden, self.packed_logits, bias, self.packed_layout)
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
         return F.linear(hidden, weight, self.logits_bias)
 
-    def pack_for_cpu(self, release: bool = False) -> bool:
-        """Pre-pack every linear weight, the tied pre-softmax one included, for fast CPU float32
-        inference (model.packing); the parameters and the arithmetic stay the same. With release, the linears
-        keep only their packed weights (an inference-only model: PackedLinear.release); the embeddings stay."""
+    def pack_for_cpu(self, release: bool = False, layout: Layout | None = None) -> bool:
+        """Pre-pack every linear weight, the tied pre-softmax one included, for fast CPU float32 inference
+        (model.packing; layout: this machine's by default); the parameters and the arithmetic stay the same. With
+        release, the linears keep only their packed weights (an inference-only model: PackedLinear.release); the
+        embeddings stay."""
         weight = self.tgt_embed.tokens.weight if self.out_proj is None else self.out_proj.weight
-        if not packing_available() or weight.dtype != torch.float32 or weight.device.type != "cpu":
+        layout = layout or default_layout()
+        if layout is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
             return False
-        pack_linears(self, release)
+        pack_linears(self, layout, release)
         # An untied pre-softmax linear is a PackedLinear now: its packed weight serves, not a second copy.
-        self.packed_logits = self.out_proj.packed if isinstance(self.out_proj, PackedLinear) else pack_weight(weight)
+        out = self.out_proj
+        self.packed_logits = out.packed if isinstance(out, PackedLinear) else pack_weight(weight, layout)
+        self.packed_layout = layout
         return True
 
     def forward(self, src: Tensor, src_mask: Tensor, tgt: Tensor, keep: Tensor | None = None) -> Tensor:
