@@ -23,9 +23,10 @@ import uvicorn
 from model.output import Hypothesis, Output
 from model.translator import Translator
 from service.api.app import create_app
-from service.queue import redis_api, scripts
+from service.queue import redis_api, redis_worker, scripts
 from service.queue.contract import Answer, Job
 from service.queue.keys import Keys
+from service.queue.redis_worker import RedisWorkerQueue
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
 from tests.service.conftest import RedisServer, Server, Workers, free_port, wait_until
@@ -168,6 +169,38 @@ def script_calls(client: redis.Redis) -> int:
     """The scripts Redis has run so far: each look of a waiter at its job is one."""
     stats = client.info("commandstats")
     return sum(int(v["calls"]) for name, v in stats.items() if name.startswith(("cmdstat_eval", "cmdstat_fcall")))
+
+
+def test_a_worker_sends_its_counters_at_most_so_often_and_before_every_answer(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's step and admission counters go to Redis at most every COUNTS_EVERY_S (a round trip on each step
+    of 1-2 ms before), but always before an answer: a client that has its answer finds /metrics counting its steps."""
+    monkeypatch.setattr(redis_worker, "COUNTS_EVERY_S", 60.0)
+    settings = ServiceSettings(redis_url=redis_server.url)
+    worker, stats = RedisWorkerQueue(settings), Keys(settings.queue_prefix).stats
+    client = redis_server.client()
+    job = Job("m", ["a"])
+
+    async def scenario() -> None:
+        api = redis_api.RedisApiQueue(settings)
+        await api.submit(job)
+        assert [j.id for j in worker.read(4, 0.0)] == [job.id]
+        worker.record_admission(texts=1, seconds=0.01)
+        for _ in range(3):
+            worker.record_step(sentences=1, finished=0, seconds=0.01)
+        assert client.hgetall(stats) == {}  # counted, not sent
+        worker.record_step(sentences=1, finished=1, seconds=0.01)
+        worker.finish(job, Answer(error="stopped"))
+        sent = {k.decode(): float(v) for k, v in client.hgetall(stats).items()}
+        assert sent["batches_total"] == 4 and sent["texts_decoded_total"] == 1 and sent["admitted_texts_total"] == 1
+        monkeypatch.setattr(redis_worker, "COUNTS_EVERY_S", 0.0)
+        worker.record_step(sentences=1, finished=0, seconds=0.01)  # past the interval: sent with the step
+        assert float(client.hget(stats, "batches_total") or 0) == 5
+        await api.close()
+
+    asyncio.run(scenario())
+    worker.r.close()
 
 
 def test_many_waiting_requests_look_at_their_tasks_within_a_budget(
