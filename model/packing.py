@@ -10,12 +10,13 @@ oneDNN's blocked layout (`onednn`).
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from model.cpu import processor
 
 Layout = Literal["mkl", "onednn"]
 
@@ -35,12 +36,7 @@ def layout_for(vendor: str, mkl: bool, onednn: bool) -> Layout | None:
 @functools.cache
 def default_layout() -> Layout | None:
     """This machine's layout (layout_for); None where neither product is available."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        cpuinfo = ""
-    vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("vendor_id")), "")
-    return layout_for(vendor, torch.backends.mkl.is_available(), packing_available())
+    return layout_for(processor().vendor, torch.backends.mkl.is_available(), packing_available())
 
 
 def pack_weight(weight: Tensor, layout: Layout, rows_hint: int = 64) -> Tensor:

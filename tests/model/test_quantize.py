@@ -16,9 +16,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_checkpoint, read_meta
+from model.cpu import parse_cpuinfo, processor
 from model.errors import CheckpointError, ConfigError
 from model.int8_checkpoint import SCALE_SUFFIX, load_int8_checkpoint
-from model.quantize import Int8Embedding, Int8Linear, int8_unsupported, quantize_rows
+from model.quantize import Int8Embedding, Int8Linear, int8_unsupported, quantize_rows, reduce_range
 from model.translator import Translator
 from service.cli import main
 
@@ -43,6 +44,27 @@ def test_int8_linear_is_close_to_the_float_one(shape: tuple[int, ...]) -> None:
     assert got.shape == want.shape and got.dtype == torch.float32
     # 8-bit weights and 7- or 8-bit inputs: about 1% of the output's scale.
     assert float((got - want).abs().max()) < 0.03 * float(want.abs().max())
+
+
+def test_inputs_keep_8_bits_only_where_the_processor_sums_in_int32() -> None:
+    """fbgemm's kernels without AVX512-VNNI sum u8 x s8 pairs in int16: inputs must be 7-bit there."""
+    cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512_vnni amx_int8\n"
+    xeon = parse_cpuinfo(cpuinfo + cpuinfo.replace(": 0", ": 1"))
+    assert xeon.vendor == "GenuineIntel" and not reduce_range(xeon.flags)
+    assert reduce_range(frozenset({"avx2", "avx512f"})) and reduce_range(frozenset({"avx2", "avx_vnni"}))
+    assert reduce_range() == ("avx512_vnni" not in processor().flags)
+
+
+@needs_int8
+def test_int8_products_do_not_saturate_at_the_inputs_full_range() -> None:
+    """Inputs at the top of their quantized range times weights of +-127: where a u8 x s8 pair sums past int16
+    (255 * 127 * 2), a kernel summing in int16 would clip; the exact sum comes back on every processor."""
+    linear = nn.Linear(256, 4, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([1.0, -1.0, 0.5, -0.5])[:, None].expand(4, 256))
+    x = torch.ones(3, 256)
+    x[:, 0] = 0.0  # inputs in [0, 1]: every other one quantized to the top of the range
+    torch.testing.assert_close(Int8Linear.of(linear)(x), linear(x).detach(), rtol=1e-5, atol=1e-4)
 
 
 @needs_int8
