@@ -1,7 +1,7 @@
 """int8 products one at a time: fbgemm's dynamic int8 linear (ours, model.quantize) against oneDNN's int8 linear
 (torch.ops.onednn.qlinear_pointwise, which runs on AMX where the processor has it), each input quantized per call
-as fbgemm's does (asymmetric, 8 bits); and the resident memory each packed weight holds. Same int8 weights, the
-best of 5 repeats of many calls, one thread by default.
+as fbgemm's does (asymmetric, 8 bits); and the resident memory each packed weight holds. The same int8 weights
+(model.quantize's rows and fbgemm packing), the best of 5 repeats of many calls, one thread by default.
 
     python benchmarks/int8_kernels.py --threads 1
 """
@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import torch
+from files import rss_kib
+
+from model.quantize import pack_int8, quantize_rows
 
 SHAPES = [  # rows x (out, in): a Marian model's, base-size and NLLB-600M's layers and pre-softmax linears
     (4, 512, 512),
@@ -29,15 +31,6 @@ SHAPES = [  # rows x (out, in): a Marian model's, base-size and NLLB-600M's laye
     (4, 256206, 1024),
     (32, 256206, 1024),
 ]
-
-
-def fbgemm_pack(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> Any:
-    torch.backends.quantized.engine = "fbgemm"
-    zero = torch.zeros(q.size(0), dtype=torch.long)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
-    return torch.ops.quantized.linear_prepack(qweight, bias)
 
 
 def onednn_linear(
@@ -61,18 +54,13 @@ def best_us(f: Callable[[], object], calls: int) -> float:
     return best * 1e6
 
 
-def rss_mib() -> float:
-    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS"))
-    return int(line.split()[1]) / 1024
-
-
 def packed_mib(pack: Callable[[], object]) -> float:
     """Resident memory a packed weight adds, beyond the int8 rows it was made from."""
     gc.collect()
-    before = rss_mib()
+    before = rss_kib(os.getpid(), "VmRSS")
     kept = pack()
     gc.collect()
-    grown = rss_mib() - before
+    grown = (rss_kib(os.getpid(), "VmRSS") - before) / 1024
     del kept
     return grown
 
@@ -86,11 +74,9 @@ def main() -> None:
     print("| rows x (out, in) | fbgemm us | oneDNN us | fbgemm / oneDNN | largest difference |")
     print("|---|---|---|---|---|")
     for rows, n, k in SHAPES:
-        w = torch.randn(n, k)
-        scale = w.abs().amax(dim=1) / 127.0
-        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+        q, scale = quantize_rows(torch.randn(n, k))
         bias, x = torch.randn(n), torch.randn(rows, k)
-        fb, dn = fbgemm_pack(q, scale, bias), torch.ops.onednn.qlinear_prepack(q, None)
+        fb, dn = pack_int8(q, scale, bias), torch.ops.onednn.qlinear_prepack(q, None)
         zero = torch.zeros(n, dtype=torch.long)
         a = torch.ops.quantized.linear_dynamic(x, fb, False)
         b = onednn_linear(x, dn, scale, zero, bias)
