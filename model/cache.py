@@ -7,6 +7,7 @@ positions past its length are masked.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -21,7 +22,7 @@ MAX_SPANS = 4  # most row ranges a step's self-attention and reordering are cut 
 SPAN_DROP = 0.5  # a new range starts where sentences hold at most this share of the range's longest
 SPAN_MIN = 4  # sentences a range holds at least before a new one starts
 IN_PLACE_MIN = 2048  # row positions from which a CPU cache is reordered in place (_moved_rows)
-IN_PLACE_SHARE = 0.5  # most share of rows taking another row's hypothesis for which that pays (two copies each)
+IN_PLACE_SHARE = 0.5  # most share of rows taking another row's hypothesis to move in place (more measured no faster)
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,8 @@ class DecoderCache:
         for layer in self.layers:
             if in_place is not None:  # only the rows whose parent is another row are copied
                 kv, spare = layer.kv, layer.spare
-                for rows, n in in_place:  # gathered through the spare buffer: a new one costs page faults
-                    filled, gathered = kv[:, :, :, :n], spare[: rows.numel(), :, :, :n]  # (M, h, 2, n, d_k)
-                    torch.index_select(filled, 0, beam_idx[rows], out=gathered)
-                    filled.index_copy_(0, rows, gathered)
+                for moves in in_place:
+                    moves.apply(kv, spare)
             else:  # every row copied into the spare buffer; the two swap
                 kv, spare = layer.spare, layer.kv
                 if self.rows > R:  # sentences left: the first R rows of the same buffers (no new memory)
@@ -272,19 +271,72 @@ class DecoderCache:
         )
 
 
-def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[tuple[Tensor, int]] | None:
+@dataclass(frozen=True)
+class _RowMoves:
+    """One row range's rows that take another row's hypothesis, moved in place (DecoderCache.reorder): first
+    row by row, each row written only after every row that reads it has been copied, so that each is copied
+    once; then the rows whose copies wait on one another (beams that swap places, say), gathered through the
+    spare buffer (two copies each). Row numbers count from the range's first row, r0."""
+
+    r0: int
+    r1: int
+    n: int  # positions the range's rows hold
+    copies: tuple[tuple[int, int], ...]  # (row, parent), in this order
+    looped: Tensor | None  # (M,) rows gathered through the spare buffer
+    looped_parents: Tensor | None  # (M,)
+
+    def apply(self, kv: Tensor, spare: Tensor) -> None:
+        """Move the rows of one layer's cache kv, (R, h, 2, capacity, d_k), in place."""
+        filled = kv[self.r0 : self.r1, :, :, : self.n]  # (r1 - r0, h, 2, n, d_k)
+        if self.copies:
+            rows = filled.unbind(0)  # one view per row, (h, 2, n, d_k) each
+            for r, p in self.copies:
+                rows[r].copy_(rows[p])
+        if self.looped is not None and self.looped_parents is not None:
+            gathered = spare[: self.looped.numel(), :, :, : self.n]  # (M, h, 2, n, d_k): a new one costs page faults
+            torch.index_select(filled, 0, self.looped_parents, out=gathered)
+            filled.index_copy_(0, self.looped, gathered)
+
+
+def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[_RowMoves] | None:
     """For reordering in place, on the CPU, a large cache (at least IN_PLACE_MIN row positions): each span's rows
-    whose parent is another row (R,) and the positions they hold. Rows that keep their own hypothesis (most, in
-    a search whose beams have settled) are then not copied at all; a copy of every row into the spare buffer
-    costs memory traffic for the whole cache. None for a small cache, where the extra calls cost more, and where
-    more than IN_PLACE_SHARE of the rows move: each moved row is copied twice (gathered, then written back)."""
+    whose parent is another row, as _RowMoves. Rows that keep their own hypothesis (most, in a search whose
+    beams have settled) are then not copied at all; a copy of every row into the spare buffer costs memory
+    traffic for the whole cache. None for a small cache, where a call for each row costs more than the copy,
+    and where more than IN_PLACE_SHARE of the rows move."""
     if sum((r1 - r0) * n for r0, r1, n in spans) < IN_PLACE_MIN:
         return None
-    moved = torch.nonzero(beam_idx != torch.arange(beam_idx.numel())).squeeze(1)  # (M,)
-    if moved.numel() > IN_PLACE_SHARE * beam_idx.numel():
+    moved = {r: p for r, p in enumerate(beam_idx.tolist()) if p != r}
+    if len(moved) > IN_PLACE_SHARE * beam_idx.numel():
         return None
-    cut = [moved[(moved >= r0) & (moved < r1)] for r0, r1, _ in spans]  # each (M_span,)
-    return [(rows, n) for rows, (_, _, n) in zip(cut, spans, strict=True) if rows.numel()]
+    plans = []
+    for r0, r1, n in spans:  # a row's parent is a row of its own sentence, so of its own range
+        parent = {r - r0: p - r0 for r, p in moved.items() if r0 <= r < r1}
+        if parent:
+            copies, looped = _copy_order(parent)
+            rows = torch.tensor(looped) if looped else None
+            parents = torch.tensor([parent[r] for r in looped]) if looped else None
+            plans.append(_RowMoves(r0, r1, n, copies, rows, parents))
+    return plans
+
+
+def _copy_order(parent: dict[int, int]) -> tuple[tuple[tuple[int, int], ...], list[int]]:
+    """An order for in-place row copies (row <- parent[row]) in which no row is written before every row that
+    reads it has been copied; and the rows left out of it, in cycles or waiting on one (their parents are rows
+    left out too, or rows that do not move)."""
+    readers = Counter(p for p in parent.values() if p in parent)  # moved rows that other moved rows read
+    ready = [r for r in parent if not readers[r]]
+    copies = []
+    while ready:
+        r = ready.pop()
+        copies.append((r, parent[r]))
+        p = parent[r]
+        if p in parent:
+            readers[p] -= 1
+            if not readers[p]:
+                ready.append(p)
+    done = {r for r, _ in copies}
+    return tuple(copies), [r for r in parent if r not in done]
 
 
 def row_spans(lengths: Sequence[int], beams: int) -> tuple[Span, ...]:

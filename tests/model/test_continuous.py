@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.beam import BeamLoop, search_all, survivors
-from model.cache import IN_PLACE_MIN, DecoderCache, _moved_rows, _row_capacity, row_spans
+from model.cache import IN_PLACE_MIN, DecoderCache, _copy_order, _moved_rows, _row_capacity, row_spans
 from model.config import DecodingConfig
 from model.masks import pad_batch
 from model.output import Hypothesis
@@ -324,11 +324,41 @@ def test_reordering_in_place_equals_copying_every_row(seed: int, monkeypatch: py
 
 @pytest.mark.parametrize(("moving", "in_place"), [(1, True), (2, True), (3, False), (4, False)])
 def test_a_reordering_that_moves_most_rows_copies_every_row(moving: int, in_place: bool) -> None:
-    """In place pays while at most half the rows take another row's hypothesis (each is copied twice); beyond
-    that, _moved_rows answers None and the whole cache is copied once."""
+    """In place pays while at most IN_PLACE_SHARE of the rows take another row's hypothesis; beyond that,
+    _moved_rows answers None and the whole cache is copied once."""
     beam_idx = torch.arange(4)
     beam_idx[:moving] = (beam_idx[:moving] + 1) % 4  # (R,) the first `moving` rows take another row's
     got = _moved_rows(beam_idx, ((0, 4, 1024),))
     assert (got is not None) == in_place
     if got is not None:
-        assert [(rows.tolist(), n) for rows, n in got] == [(list(range(moving)), 1024)]
+        (moves,) = got
+        assert sorted(r for r, _ in moves.copies) == list(range(moving)) and moves.n == 1024
+
+
+def test_rows_moved_in_place_are_written_only_once_every_row_reading_them_has_been_copied() -> None:
+    # A chain: row 0 takes row 1's hypothesis, 1 takes 2's, 2 takes 3's (3 keeps its own): 0 first, 2 last.
+    assert _copy_order({0: 1, 1: 2, 2: 3}) == (((0, 1), (1, 2), (2, 3)), [])
+    # Rows 0 and 1 swap, and row 2 reads row 0: row 2 is copied directly, the swap goes through the spare buffer.
+    assert _copy_order({0: 1, 1: 0, 2: 0}) == (((2, 0),), [0, 1])
+    assert sorted(_copy_order({1: 0, 2: 0, 3: 0})[0]) == [(1, 0), (2, 0), (3, 0)]  # nobody reads them: any order
+
+
+@pytest.mark.parametrize("seed", range(20))
+@torch.inference_mode()
+def test_moving_rows_in_place_equals_gathering_them(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any parents within each sentence (chains, swaps, cycles), in two row ranges: the rows moved in place hold
+    what a gather of every row gives."""
+    monkeypatch.setattr("model.cache.IN_PLACE_MIN", 0)
+    monkeypatch.setattr("model.cache.IN_PLACE_SHARE", 1.0)
+    gen = torch.Generator().manual_seed(seed)
+    beams, spans = 4, ((0, 12, 7), (12, 20, 3))  # 5 sentences of 4 beams: 3 holding 7 positions, 2 holding 3
+    kv = torch.randn(20, 2, 2, 9, 3, generator=gen)  # (R, h, 2, capacity, d_k)
+    parents = torch.randint(0, beams, (20,), generator=gen) + torch.arange(20) // beams * beams
+    beam_idx = torch.where(torch.rand(20, generator=gen) < 0.3, torch.arange(20), parents)  # (R,)
+    want = kv.index_select(0, beam_idx)
+    moves = _moved_rows(beam_idx, spans)
+    assert moves is not None
+    for m in moves:
+        m.apply(kv, torch.zeros_like(kv))
+    for r0, r1, n in spans:
+        torch.testing.assert_close(kv[r0:r1, :, :, :n], want[r0:r1, :, :, :n], rtol=0, atol=0)
