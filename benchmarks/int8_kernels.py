@@ -89,14 +89,8 @@ def main() -> None:
     q, scale, bias = torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n) + 0.1, torch.zeros(n)
     print(f"\nmemory a packed ({n}, {k}) int8 weight adds ({n * k / 2**20:.0f} MiB of int8):")
     for engine in ("fbgemm", "onednn"):
-        torch.backends.quantized.engine = engine
-        zero = torch.zeros(n, dtype=torch.long)
-
-        def pack() -> object:
-            qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)  # noqa: B023
-            return torch.ops.quantized.linear_prepack(qweight, bias)
-
-        print(f"  torch.ops.quantized.linear_prepack, engine {engine}: {packed_mib(pack):.0f} MiB")
+        mib = packed_mib(lambda: pack_int8(q, scale, bias, engine))  # noqa: B023
+        print(f"  torch.ops.quantized.linear_prepack, engine {engine}: {mib:.0f} MiB")
     print(
         f"  torch.ops.onednn.qlinear_prepack: {packed_mib(lambda: torch.ops.onednn.qlinear_prepack(q, None)):.0f} MiB"
     )

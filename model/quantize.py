@@ -59,9 +59,10 @@ def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
     return q, scale
 
 
-def pack_int8(q: Tensor, scale: Tensor, bias: Tensor | None) -> Any:
-    """fbgemm's packed form of an int8 weight with per-row scales (and a float32 bias)."""
-    torch.backends.quantized.engine = ENGINE
+def pack_int8(q: Tensor, scale: Tensor, bias: Tensor | None, engine: str = ENGINE) -> Any:
+    """fbgemm's packed form of an int8 weight with per-row scales (and a float32 bias); engine: another of torch's
+    quantized engines (benchmarks/int8_kernels.py compares their packed weights)."""
+    torch.backends.quantized.engine = engine
     zero = torch.zeros(q.size(0), dtype=torch.long)
     with warnings.catch_warnings():  # quantized tensors are the kernel's only entry point
         warnings.simplefilter("ignore", UserWarning)
