@@ -237,6 +237,19 @@ class Alignment:
         first, last = bisect.bisect_right(self.ends, start), bisect.bisect_left(self.starts, end)
         return (self.low.of(first, last), self.high.of(first, last)) if first < last else None
 
+    def trimmed(self, span: tuple[int, int], start: int, end: int) -> tuple[int, int]:
+        """An output span without the punctuation at its ends that the source text [start, end) lacks at its own
+        (the alignment is of whole words: "file." to "Datei." gives <b>Datei</b>. for <b>file</b>.); never empty."""
+        a, b = span
+        text = self.source[start:end].strip()
+        if text[-1:].isalnum():
+            while b - 1 > a and not self.output[b - 1].isalnum():
+                b -= 1
+        if text[:1].isalnum():
+            while a + 1 < b and not self.output[a].isalnum():
+                a += 1
+        return a, b
+
     def point(self, at: int) -> int:
         """Where a place in the source goes in the output: before the first word or after the last one as in the
         source (markup around a run's text stays around it), else before the output word aligned with the next
@@ -278,7 +291,7 @@ def place(run: Run, aligned: Alignment) -> None:
     for e in run.elements:  # parents come before their children
         low, high = (0, len(aligned.output)) if e.parent is None else run.elements[e.parent].place
         span = aligned.span(e.start, e.end)
-        start, end = span if span is not None else (aligned.point(e.start),) * 2
+        start, end = aligned.trimmed(span, e.start, e.end) if span is not None else (aligned.point(e.start),) * 2
         start, end = min(max(start, low), high), min(max(end, low), high)
         siblings = taken.setdefault(e.parent, [])
         i = bisect.bisect_right(siblings, (start, len(aligned.output) + 1))

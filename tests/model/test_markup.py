@@ -72,7 +72,20 @@ def test_tags_go_around_the_aligned_output_words() -> None:
     source = "Click Save to keep your changes."
     h = hypothesis(source, "Klicken Sie auf Speichern, um Ihre Änderungen zu behalten.", [0, 3, 4, 7, 5, 6])
     out = render(d, [h])
-    assert out == "<p>Klicken Sie auf <b>Speichern,</b> um <i>Ihre Änderungen</i> zu behalten.</p>"
+    assert out == "<p>Klicken Sie auf <b>Speichern</b>, um <i>Ihre Änderungen</i> zu behalten.</p>"
+
+
+def test_punctuation_the_tagged_source_lacks_stays_outside_the_tags() -> None:
+    """The alignment is of whole words: "file." is aligned with "Datei.", but only "file" was bold."""
+    d = Document('<p>Save the <b>file</b>. Say <i>"hello"</i> and <a href="#">stop!</a></p>')
+    source = 'Save the file. Say "hello" and stop!'
+    output = "Speichern Sie die Datei. Sagen Sie „hallo“ und halt!"
+    out = render(d, [hypothesis(source, output, [0, 2, 3, 4, 6, 7, 8])])
+    assert out == '<p>Speichern Sie die <b>Datei</b>. Sagen Sie <i>„hallo“</i> und <a href="#">halt!</a></p>'
+    d = Document('<p>Say "<b>hello</b>"</p>')
+    assert render(d, [hypothesis('Say "hello"', "Sag „hallo“", [0, 1])]) == "<p>Sag „<b>hallo</b>“</p>"
+    d = Document("<p>See (<b>this</b>)</p>")  # an output word of punctuation alone keeps its tags around it
+    assert render(d, [hypothesis("See (this)", "Siehe ( )", [0, 2])]) == "<p>Siehe ( <b>)</b></p>"
 
 
 def test_attributes_are_translated_and_escaped() -> None:
