@@ -12,6 +12,7 @@ import argparse
 import html
 import json
 import random
+import re
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,10 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from model.markup import VOID, Document, html_outputs  # noqa: E402
+from model.markup import VOID, Document, render  # noqa: E402
 from model.translator import Translator  # noqa: E402
 
 TAGS = ["b", "i", 'a href="https://example.com/"']
+WORD = re.compile(r"(\W*)(.*?)(\W*)", re.DOTALL)  # a word's leading punctuation, core and trailing punctuation
+PUNCT_CLOSE = re.compile(r"[^\w\s>]</")  # an end tag right after punctuation
 
 
 class Check(HTMLParser):
@@ -54,15 +57,16 @@ def check(markup: str) -> Check:
 
 
 def tagged(sentence: str, rng: random.Random) -> str:
-    """The sentence (escaped) with one to three inline elements around runs of its words."""
-    words = [html.escape(w, quote=False) for w in sentence.split()]
+    """The sentence (escaped) with one to three inline elements around runs of its words, their punctuation
+    left outside as authors write it ("<b>file</b>.")."""
+    words = [[html.escape(p, quote=False) for p in WORD.fullmatch(w).groups()] for w in sentence.split()]  # type: ignore[union-attr]
     for _ in range(rng.randint(1, 3)):
         a = rng.randrange(len(words))
         b = rng.randrange(a, min(len(words), a + 3))
         tag = rng.choice(TAGS)
-        words[a] = f"<{tag}>{words[a]}"
-        words[b] = f"{words[b]}</{tag.split()[0]}>"
-    return "<p>" + " ".join(words) + "</p>"
+        words[a][1] = f"<{tag}>{words[a][1]}"
+        words[b][1] = f"{words[b][1]}</{tag.split()[0]}>"
+    return "<p>" + " ".join("".join(w) for w in words) + "</p>"
 
 
 def main() -> None:
@@ -83,7 +87,9 @@ def main() -> None:
     inputs = [tagged(r["source"], rng) for r in rows]
     documents = [Document(markup) for markup in inputs]
     outputs = tr.translate([t for d in documents for t in d.texts], align=True, truncate=True)
-    checks = [check(o.text) for o in html_outputs(documents, outputs)]
+    it = iter(outputs)
+    chunks = [[next(it) for _ in d.texts] for d in documents]
+    checks = [check(render(d, [o.hypotheses[0] for o in chunk])) for d, chunk in zip(documents, chunks, strict=True)]
     every_tag = sum(sorted(c.tags) == sorted(check(m).tags) for c, m in zip(checks, inputs, strict=True))
     refs = [r["target"] for r in rows]
     text = [" ".join(c.text.split()) for c in checks]
@@ -91,6 +97,10 @@ def main() -> None:
     print(f"{args.model}: {len(rows)} held-out sentences of {args.min_words}+ words, 1-3 inline elements each")
     print(f"every tag back: {every_tag}/{len(rows)}; output parses: {sum(c.ok for c in checks)}/{len(rows)}")
     print(f"text equal to the plain sentence's output: {same}/{len(rows)}")
+    rendered = [render(d, [o.hypotheses[0] for o in chunk]) for d, chunk in zip(documents, chunks, strict=True)]
+    after = [len(PUNCT_CLOSE.findall(r)) for r in rendered]
+    before = [len(PUNCT_CLOSE.findall(m)) for m in inputs]
+    print(f"end tags right after punctuation: {sum(after)} in the outputs, {sum(before)} in the inputs")
     print(f"BLEU, plain sentences: {sacrebleu.corpus_bleu(plain, [refs]).score:.2f}")
     print(f"BLEU, tagged sentences with their tags removed: {sacrebleu.corpus_bleu(text, [refs]).score:.2f}")
 
