@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import html
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -242,11 +243,11 @@ class Alignment:
         (the alignment is of whole words: "file." to "Datei." gives <b>Datei</b>. for <b>file</b>.); never empty."""
         a, b = span
         text = self.source[start:end].strip()
-        if text[-1:].isalnum():
-            while b - 1 > a and not self.output[b - 1].isalnum():
+        if text and in_word(text[-1]):
+            while b - 1 > a and not in_word(self.output[b - 1]):
                 b -= 1
-        if text[:1].isalnum():
-            while a + 1 < b and not self.output[a].isalnum():
+        if text and in_word(text[0]):
+            while a + 1 < b and not in_word(self.output[a]):
                 a += 1
         return a, b
 
@@ -262,6 +263,12 @@ class Alignment:
         if following >= n:
             return max(len(self.output) - (len(self.source) - at), self.high.of(0, n))
         return self.low.of(following, following + 1)
+
+
+def in_word(c: str) -> bool:
+    """Whether the character c belongs to a word: a letter or digit, or a combining mark (the vowel signs of
+    Devanagari, accents written apart), which must stay with the letter before it."""
+    return c.isalnum() or unicodedata.category(c)[0] == "M"
 
 
 class RangeExtreme:

@@ -84,6 +84,8 @@ def test_punctuation_the_tagged_source_lacks_stays_outside_the_tags() -> None:
     assert out == '<p>Speichern Sie die <b>Datei</b>. Sagen Sie <i>„hallo“</i> und <a href="#">halt!</a></p>'
     d = Document('<p>Say "<b>hello</b>"</p>')
     assert render(d, [hypothesis('Say "hello"', "Sag „hallo“", [0, 1])]) == "<p>Sag „<b>hallo</b>“</p>"
+    d = Document("<p>Say <b>hello</b>.</p>")  # a vowel sign (a combining mark) ends the word: it stays in it
+    assert render(d, [hypothesis("Say hello.", "कहो नमस्ते.", [0, 1])]) == "<p>कहो <b>नमस्ते</b>.</p>"
     d = Document("<p>See (<b>this</b>)</p>")  # an output word of punctuation alone keeps its tags around it
     assert render(d, [hypothesis("See (this)", "Siehe ( )", [0, 2])]) == "<p>Siehe ( <b>)</b></p>"
 
