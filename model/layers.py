@@ -111,8 +111,8 @@ class SelfAttention(nn.Module):
         return self.out(y if tokens is None else tokens.pack(y)), weights
 
     def step(self, x: Tensor, cache: LayerCache, where: StepPositions) -> Tensor:
-        """One new position per row (where). x: (R, 1, d_model); its keys and values go into the cache."""
-        R, _, d_model = x.shape
+        """One new position per row (where). x: (R, d_model); its keys and values go into the cache."""
+        R, d_model = x.shape
         qkv = self.qkv(x).view(R, 3, self.h, d_model // self.h)  # (R, 3, h, d_k)
         k, v = cache.append(qkv[:, 1:].transpose(1, 2), where)  # (R, h, 2, d_k) in; each (R, h, t + 1, d_k) out
         q = qkv[:, 0, :, None]  # (R, h, 1, d_k)
@@ -127,7 +127,7 @@ class SelfAttention(nn.Module):
                     for r0, r1, n in where.spans
                 ]
             )  # (R, h, 1, d_k)
-        return self.out(merge_heads(y))
+        return self.out(y.reshape(R, d_model))  # (R, d_model): one query a row, so its heads are its row
 
 
 class CrossAttention(nn.Module):
@@ -153,13 +153,13 @@ class CrossAttention(nn.Module):
         return k.transpose(-2, -1).contiguous(), v.contiguous()
 
     def step(self, x: Tensor, k_t: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-        """One position per row, x: (R, 1, d_model) with the rows of a sentence together, in the order of the
+        """One position per row, x: (R, d_model) with the rows of a sentence together, in the order of the
         sentences' keys and values: the cached K^T (B, h, d_k, S) and V of project_kv_for_steps; bias: (B, 1, 1,
         S), 0 on tokens and -inf on padding."""
-        R, _, d_model = x.shape
+        R, d_model = x.shape
         B, h, d_k, S = k_t.shape
         q = self.q(x).view(B, R // B, h, d_k).transpose(1, 2)  # (B, h, beams, d_k)
-        y = step_attention(q, k_t, v, bias).transpose(1, 2).reshape(R, 1, d_model)  # (R, 1, d_model)
+        y = step_attention(q, k_t, v, bias).transpose(1, 2).reshape(R, d_model)  # (R, d_model)
         return self.out(y)
 
     def forward(self, x: Tensor, kv: KV, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -283,12 +283,14 @@ class Embedding(nn.Module):
         return self.get_buffer("table")[start : start + length]
 
     def at(self, ids: Tensor, where: StepPositions) -> Tensor:
-        """ids: (R,), one token per row at the step's positions -> (R, 1, d_model)."""
+        """ids: (R,), one token per row at the step's positions -> (R, d_model). A search step keeps its rows as
+        matrices, (R, d_model), not (R, 1, d_model): each linear layer then takes them as they are."""
         if where.index is None:
-            return self(ids[:, None], start=where.t)
-        table = self.positions.weight if self.positions is not None else self.get_buffer("table")
-        x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
-        return self._dropped(self._norm(x[:, None]))
+            x = self.tokens(ids) * self.scale + self.position(where.t, 1)  # (R, d_model)
+        else:
+            table = self.positions.weight if self.positions is not None else self.get_buffer("table")
+            x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
+        return self._dropped(self._norm(x))
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """ids: (B, T) -> (B, T, d_model), for positions start .. start + T - 1."""

@@ -71,7 +71,7 @@ class DecoderLayer(nn.Module):
         return self._cross_and_ffn(x, cross_kv, src_mask, need_weights, self_w)
 
     def step(self, x: Tensor, cache: LayerCache, cross_bias: Tensor, where: StepPositions) -> Tensor:
-        """The next position of every hypothesis, x: (R, 1, d_model), reading and extending the cache."""
+        """The next position of every hypothesis, x: (R, d_model), reading and extending the cache."""
         x = self.self_norm.exit(x, self.self_attn.step(self.self_norm.enter(x), cache, where))
         q = where.in_slot_order(self.cross_norm.enter(x))  # the rows of each sentence at its keys' slot
         c = where.in_row_order(self.cross_attn.step(q, cache.cross_k_t, cache.cross_v, cross_bias))
@@ -256,10 +256,10 @@ class Transformer(nn.Module):
         if cache.step == cache.capacity:
             cache = cache.grown(positions)
         where = cache.positions()
-        x = self.tgt_embed.at(tokens, where)  # (R, 1, d_model)
+        x = self.tgt_embed.at(tokens, where)  # (R, d_model)
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             x = layer.step(x, layer_cache, cache.cross_bias, where)
-        hidden = self.decoder_norm(x[:, 0])  # (R, d_model)
+        hidden = self.decoder_norm(x)  # (R, d_model)
         logits = self.logits(hidden)
         if self.copy is not None and cache.copy is not None:
             logits = self.copy_step(hidden, tokens, logits, cache, where)
