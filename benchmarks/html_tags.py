@@ -87,9 +87,9 @@ def main() -> None:
     inputs = [tagged(r["source"], rng) for r in rows]
     documents = [Document(markup) for markup in inputs]
     outputs = tr.translate([t for d in documents for t in d.texts], align=True, truncate=True)
-    it = iter(outputs)
-    chunks = [[next(it) for _ in d.texts] for d in documents]
-    checks = [check(render(d, [o.hypotheses[0] for o in chunk])) for d, chunk in zip(documents, chunks, strict=True)]
+    best = iter(o.hypotheses[0] for o in outputs)
+    rendered = [render(d, [next(best) for _ in d.texts]) for d in documents]
+    checks = [check(r) for r in rendered]
     every_tag = sum(sorted(c.tags) == sorted(check(m).tags) for c, m in zip(checks, inputs, strict=True))
     refs = [r["target"] for r in rows]
     text = [" ".join(c.text.split()) for c in checks]
@@ -97,7 +97,6 @@ def main() -> None:
     print(f"{args.model}: {len(rows)} held-out sentences of {args.min_words}+ words, 1-3 inline elements each")
     print(f"every tag back: {every_tag}/{len(rows)}; output parses: {sum(c.ok for c in checks)}/{len(rows)}")
     print(f"text equal to the plain sentence's output: {same}/{len(rows)}")
-    rendered = [render(d, [o.hypotheses[0] for o in chunk]) for d, chunk in zip(documents, chunks, strict=True)]
     after = [len(PUNCT_CLOSE.findall(r)) for r in rendered]
     before = [len(PUNCT_CLOSE.findall(m)) for m in inputs]
     print(f"end tags right after punctuation: {sum(after)} in the outputs, {sum(before)} in the inputs")

@@ -282,8 +282,7 @@ class _RowMoves:
     r1: int
     n: int  # positions the range's rows hold
     copies: tuple[tuple[int, int], ...]  # (row, parent), in this order
-    looped: Tensor | None  # (M,) rows gathered through the spare buffer
-    looped_parents: Tensor | None  # (M,)
+    looped: tuple[Tensor, Tensor] | None  # (M,) rows gathered through the spare buffer, and (M,) their parents
 
     def apply(self, kv: Tensor, spare: Tensor) -> None:
         """Move the rows of one layer's cache kv, (R, h, 2, capacity, d_k), in place."""
@@ -292,10 +291,11 @@ class _RowMoves:
             rows = filled.unbind(0)  # one view per row, (h, 2, n, d_k) each
             for r, p in self.copies:
                 rows[r].copy_(rows[p])
-        if self.looped is not None and self.looped_parents is not None:
-            gathered = spare[: self.looped.numel(), :, :, : self.n]  # (M, h, 2, n, d_k): a new one costs page faults
-            torch.index_select(filled, 0, self.looped_parents, out=gathered)
-            filled.index_copy_(0, self.looped, gathered)
+        if self.looped is not None:
+            looped, parents = self.looped
+            gathered = spare[: looped.numel(), :, :, : self.n]  # (M, h, 2, n, d_k): a new one costs page faults
+            torch.index_select(filled, 0, parents, out=gathered)
+            filled.index_copy_(0, looped, gathered)
 
 
 def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[_RowMoves] | None:
@@ -314,9 +314,8 @@ def _moved_rows(beam_idx: Tensor, spans: tuple[Span, ...]) -> list[_RowMoves] | 
         parent = {r - r0: p - r0 for r, p in moved.items() if r0 <= r < r1}
         if parent:
             copies, looped = _copy_order(parent)
-            rows = torch.tensor(looped) if looped else None
-            parents = torch.tensor([parent[r] for r in looped]) if looped else None
-            plans.append(_RowMoves(r0, r1, n, copies, rows, parents))
+            gathered = (torch.tensor(looped), torch.tensor([parent[r] for r in looped])) if looped else None
+            plans.append(_RowMoves(r0, r1, n, copies, gathered))
     return plans
 
 

@@ -276,20 +276,19 @@ class Embedding(nn.Module):
             table = sinusoid_table(cfg.max_len, cfg.d_model, cfg.position_layout, cfg.position_offset)
             self.register_buffer("table", table.to(self.get_buffer("table").device), persistent=False)
 
+    def vectors(self) -> Tensor:
+        """Every position's vector, (max_len, d_model): learned, or the sinusoid table."""
+        return self.positions.weight if self.positions is not None else self.get_buffer("table")
+
     def position(self, start: int, length: int) -> Tensor:
         """Position vectors for positions start .. start + length - 1: (length, d_model)."""
-        if self.positions is not None:
-            return self.positions.weight[start : start + length]
-        return self.get_buffer("table")[start : start + length]
+        return self.vectors()[start : start + length]
 
     def at(self, ids: Tensor, where: StepPositions) -> Tensor:
         """ids: (R,), one token per row at the step's positions -> (R, d_model). A search step keeps its rows as
         matrices, (R, d_model), not (R, 1, d_model): each linear layer then takes them as they are."""
-        if where.index is None:
-            x = self.tokens(ids) * self.scale + self.position(where.t, 1)  # (R, d_model)
-        else:
-            table = self.positions.weight if self.positions is not None else self.get_buffer("table")
-            x = self.tokens(ids) * self.scale + table.index_select(0, where.index)  # (R, d_model)
+        at = self.position(where.t, 1) if where.index is None else self.vectors().index_select(0, where.index)
+        x = self.tokens(ids) * self.scale + at  # (R, d_model)
         return self._dropped(self._norm(x))
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
