@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from model.config import DEVICE_NAME, DTYPE_NAMES
 from model.files import FileLimits
+from service.allocator import Allocator
 
 MIN_KEY_LENGTH = 16
 
@@ -43,6 +44,9 @@ class ServiceSettings(BaseSettings):
     # the API's event loop shares its GIL, and takes turns with it and with the other workers at every one of a
     # step's small torch calls. Unset: on the CPU, not on CUDA (each process would hold its own weights there).
     worker_processes: bool | None = None
+    # The decoding processes' memory allocator (service.allocator): "auto" loads tcmalloc, else jemalloc, when the
+    # machine has one (Debian: libtcmalloc-minimal4, libjemalloc2), else keeps the system's malloc.
+    allocator: Allocator = "auto"
     # continuous batching: what a worker's running beam searches hold at once
     max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
     max_batch_size: int = Field(default=32, ge=1)  # texts

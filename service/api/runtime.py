@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import threading
 
+from service.allocator import AllocatorMissing, preloaded
 from service.api.access import Access
 from service.api.metrics import RequestMetrics
 from service.detect import Detector
@@ -86,7 +88,11 @@ class Service:
         plan = s.worker_plan(beside_api=True)
         memory.readers = plan.workers
         if plan.processes:
-            self.bridges = [Bridge(memory, s, f"worker-process-{i}", self.stop) for i in range(plan.workers)]
+            try:
+                env = preloaded(os.environ, s.allocator)
+            except AllocatorMissing as e:
+                raise WorkersFailed(str(e)) from None
+            self.bridges = [Bridge(memory, s, f"worker-process-{i}", self.stop, env) for i in range(plan.workers)]
             for bridge in self.bridges:
                 bridge.start()
             for bridge in self.bridges:

@@ -71,6 +71,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    from service.allocator import AllocatorMissing, restart_with
     from service.queue.redis_worker import RedisWorkerQueue
     from service.queue.worker import Worker
     from service.registry import freeze_loaded, wait_for_models
@@ -80,6 +81,11 @@ def run_worker(args: argparse.Namespace) -> int:
     log = logging.getLogger("service")
     if not s.redis_url:
         log.error("a worker needs REDIS_URL (or --redis-url); without it `transformer serve` decodes in-process")
+        return 2
+    try:
+        restart_with(s.allocator)  # returns once this process runs on it (or on the system's allocator)
+    except AllocatorMissing as e:
+        log.error("%s", e)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

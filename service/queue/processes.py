@@ -172,8 +172,16 @@ class Bridge:
     """One child process (started again whenever it dies) and the thread of the API's process that answers its
     calls on the MemoryQueue. `settled` is set once the first child is ready or has failed (`error`)."""
 
-    def __init__(self, memory: MemoryQueue, settings: ServiceSettings, name: str, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        memory: MemoryQueue,
+        settings: ServiceSettings,
+        name: str,
+        stop: threading.Event,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.memory, self.settings, self.name, self.stop = memory, settings, name, stop
+        self.env = env  # the child's environment (service.allocator.preloaded); None: this process's
         self.held: dict[str, Job] = {}  # the jobs the child has read and not yet finished or dropped
         self.settled = threading.Event()
         self.error: str | None = None
@@ -193,6 +201,7 @@ class Bridge:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 pass_fds=(wake_r,),
+                env=self.env,
             )
             os.close(wake_r)
             assert proc.stdin is not None and proc.stdout is not None

@@ -1,7 +1,8 @@
 """The embedded queue's workers in child processes (service.queue.processes), through real HTTP and real child
 processes: the same answers as the translator alone, nothing lost when a child is killed mid-batch, a job that
 kills every child fails instead of killing them forever, a client that hangs up frees its rows in the child, a
-child that cannot load the models is reported by /readyz, and a busy child asks for new jobs only when woken."""
+child that cannot load the models (or lacks its allocator) is reported by /readyz, and a busy child asks for new
+jobs only when woken."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from model.translator import Translator
+from service import allocator
 from service.queue.processes import ParentGone, PipeQueue, poke
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
@@ -34,6 +36,7 @@ def test_worker_processes_answer_as_the_translator_alone(serve: Callable[..., Se
     server = serve(worker_processes=True, threads=2)
     pids = children(server)
     assert len(pids) == 2 and os.getpid() not in pids  # one per thread, each its own process
+    assert all("libtcmalloc" in Path(f"/proc/{pid}/maps").read_text() for pid in pids)  # allocator auto: tcmalloc
     texts = make_sentences(40, seed=41, max_words=10)
     responses = asyncio.run(post_all(server.url, texts, max_length=8, n_best=2, beam_size=3))
     assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
@@ -177,3 +180,19 @@ def test_requests_join_a_busy_worker_process_search(serve: Callable[..., Server]
     translator = Translator.load(models_dir / "tiny-en-de", device="cpu")
     alone = translator.translate(texts, max_len_a=0.0, max_len_b=8)
     assert [r.json()["translatedText"] for r in responses] == [o.text for o in alone]
+
+
+def test_an_allocator_the_machine_lacks_is_reported(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRANSFORMER_ALLOCATOR=jemalloc on a machine without it (the loader asked for a library nobody has): /readyz
+    says what to install, and no worker process starts."""
+    monkeypatch.setitem(allocator.LIBRARIES, "jemalloc", "no-such-allocator-4c1d")
+    allocator.library.cache_clear()
+    try:
+        settings = ServiceSettings(models_dir=models_dir, worker_processes=True, threads=1, allocator="jemalloc")
+        with Server(settings) as server:
+            wait_until(lambda: "loading" not in httpx.get(f"{server.url}/readyz").text, 60)
+            r = httpx.get(f"{server.url}/readyz")
+            assert r.status_code == 503 and "apt install libjemalloc2" in r.text, r.text
+            assert children(server) == []
+    finally:
+        allocator.library.cache_clear()

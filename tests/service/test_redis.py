@@ -75,8 +75,9 @@ def test_one_worker_process_runs_several_workers_each_a_consumer_of_its_own(
     serve: Callable[..., Server], redis_server: RedisServer, workers: Workers, translator: Translator
 ) -> None:
     server = serve(redis_url=redis_server.url)
-    workers.start("w", TRANSFORMER_WORKERS="2", TRANSFORMER_THREADS="2")
+    proc = workers.start("w", TRANSFORMER_WORKERS="2", TRANSFORMER_THREADS="2")
     wait_workers(redis_server, 2)
+    assert "libtcmalloc" in Path(f"/proc/{proc.pid}/maps").read_text()  # started again on it, the same pid
     consumers = redis_server.client().xinfo_consumers(Keys().stream, Keys().group)
     assert sorted(c["name"] for c in consumers) == [b"w-0", b"w-1"]
     texts = make_sentences(60, seed=22, max_words=10)

@@ -1,0 +1,64 @@
+"""The decoding processes' allocator (service.allocator): which library "auto" and a named allocator choose, what
+happens to a deploy's own LD_PRELOAD, and real processes that start with it loaded (their memory maps show it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from service import allocator
+from service.allocator import AllocatorMissing, chosen, library, preloaded
+
+
+@pytest.fixture
+def no_jemalloc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine without jemalloc: the loader is asked for a library nobody has."""
+    monkeypatch.setitem(allocator.LIBRARIES, "jemalloc", "no-such-allocator-4c1d")
+    library.cache_clear()
+    yield
+    library.cache_clear()
+
+
+def mapped(env: dict[str, str], code: str = "") -> str:
+    """The shared objects a new Python process has mapped, after running code."""
+    script = f"{code}\nprint(open('/proc/self/maps').read())"
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_machine_has_an_allocator_for_auto() -> None:
+    """tests/system-deps.sh installs tcmalloc and jemalloc: auto picks tcmalloc."""
+    assert library("tcmalloc") is not None and "tcmalloc" in str(chosen("auto"))
+    assert chosen("system") is None and chosen("jemalloc") == library("jemalloc")
+
+
+def test_a_named_allocator_the_machine_lacks_is_a_clear_error(no_jemalloc: None) -> None:
+    with pytest.raises(AllocatorMissing, match="TRANSFORMER_ALLOCATOR=jemalloc.*apt install libjemalloc2"):
+        chosen("jemalloc")
+    assert "tcmalloc" in str(chosen("auto"))  # auto takes what there is
+
+
+def test_preloaded_goes_first_and_a_deploys_own_allocator_wins() -> None:
+    env = preloaded({"LD_PRELOAD": "libfoo.so", "PATH": "/bin"}, "auto")
+    assert env["LD_PRELOAD"].split() == [str(chosen("auto")), "libfoo.so"] and env["PATH"] == "/bin"
+    assert preloaded({"LD_PRELOAD": "/opt/libjemalloc.so.2"}, "tcmalloc")["LD_PRELOAD"] == "/opt/libjemalloc.so.2"
+    assert "LD_PRELOAD" not in preloaded({"PATH": "/bin"}, "system")
+
+
+def test_a_process_started_with_it_runs_on_it() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    assert "tcmalloc" in mapped(preloaded(env, "auto")) and "jemalloc" in mapped(preloaded(env, "jemalloc"))
+    assert "tcmalloc" not in mapped(preloaded(env, "system"))
+
+
+def test_restart_with_starts_the_process_again_once_with_its_allocator() -> None:
+    """As `transformer worker` does: same arguments, the allocator loaded; and not again once loaded."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.RESTARTED)}
+    lines = ["import sys", "from service.allocator import restart_with", "print('start', file=sys.stderr)"]
+    script = "\n".join([*lines, "restart_with('auto')", "print(open('/proc/self/maps').read())"])
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert "tcmalloc" in run.stdout and run.stderr.count("start") == 2
+    assert "tcmalloc" not in mapped(env, "from service.allocator import restart_with; restart_with('system')")
