@@ -47,14 +47,20 @@ def check_device(device: str) -> None:
 
 
 def trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc's malloc_trim): loading frees the float weights
-    that packing or quantizing replaced, which glibc would otherwise keep resident (1.35 GB of an
-    NLLB-600M-shaped model's). A no-op where the C library has no malloc_trim."""
-    try:
-        malloc_trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    malloc_trim(0)
+    """Give the heap's free pages back to the system: loading frees the float weights that packing or quantizing
+    replaced, which the allocator would otherwise keep resident (1.35 GB of an NLLB-600M-shaped model's with
+    glibc's malloc). glibc's malloc_trim, and tcmalloc's or jemalloc's own release where the process runs on one
+    (the service's worker processes: service.allocator); each a no-op where its allocator is absent."""
+    process = ctypes.CDLL(None)  # the symbols of every library loaded, a preloaded allocator's included
+    release = getattr(process, "MallocExtension_ReleaseFreeMemory", None)  # tcmalloc
+    if release is not None:
+        release()
+    mallctl = getattr(process, "mallctl", None)  # jemalloc: purge every arena (MALLCTL_ARENAS_ALL, 4096)
+    if mallctl is not None:
+        mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
+    malloc_trim = getattr(process, "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ class ServiceSettings(BaseSettings):
     # step's small torch calls. Unset: on the CPU, not on CUDA (each process would hold its own weights there).
     worker_processes: bool | None = None
     # The decoding processes' memory allocator (service.allocator): "auto" loads tcmalloc, else jemalloc, when the
-    # machine has one (Debian: libtcmalloc-minimal4, libjemalloc2), else keeps the system's malloc.
+    # machine has one (Debian: libtcmalloc-minimal4, libjemalloc2), else keeps the system's malloc; on CUDA it
+    # keeps the system's (worker_plan).
     allocator: Allocator = "auto"
     # continuous batching: what a worker's running beam searches hold at once
     max_batch_tokens: int = Field(default=4096, ge=1)  # source tokens, padding counted
@@ -148,21 +149,24 @@ class ServiceSettings(BaseSettings):
 
         cuda = (self.resolved_device or default_device()).startswith("cuda")
         processes = beside_api and (not cuda if self.worker_processes is None else self.worker_processes)
-        if cuda:
-            return WorkerPlan(self.workers or 1, self.threads, processes)
+        if cuda:  # the allocator's gain is the CPU's search steps: "auto" keeps the system's on CUDA
+            allocator: Allocator = "system" if self.allocator == "auto" else self.allocator
+            return WorkerPlan(self.workers or 1, self.threads, processes, allocator)
         threads = self.threads or torch.get_num_threads()
         workers = self.workers or (1 if beside_api and not processes else threads)
-        return WorkerPlan(workers, max(1, threads // workers), processes)
+        return WorkerPlan(workers, max(1, threads // workers), processes, self.allocator)
 
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """A process's workers (ServiceSettings.workers), each one's torch threads (None: torch's default), and
-    whether the embedded queue runs them in child processes (ServiceSettings.worker_processes)."""
+    """A process's workers (ServiceSettings.workers), each one's torch threads (None: torch's default),
+    whether the embedded queue runs them in child processes (ServiceSettings.worker_processes), and the
+    allocator their processes start with (ServiceSettings.allocator)."""
 
     workers: int
     threads: int | None
     processes: bool = False
+    allocator: Allocator = "auto"
 
 
 class SettingsError(Exception):

@@ -89,7 +89,7 @@ class Service:
         memory.readers = plan.workers
         if plan.processes:
             try:
-                env = preloaded(os.environ, s.allocator)
+                env = preloaded(os.environ, plan.allocator)
             except AllocatorMissing as e:
                 raise WorkersFailed(str(e)) from None
             self.bridges = [Bridge(memory, s, f"worker-process-{i}", self.stop, env) for i in range(plan.workers)]

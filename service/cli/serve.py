@@ -82,8 +82,9 @@ def run_worker(args: argparse.Namespace) -> int:
     if not s.redis_url:
         log.error("a worker needs REDIS_URL (or --redis-url); without it `transformer serve` decodes in-process")
         return 2
+    plan = s.worker_plan(beside_api=False)
     try:
-        restart_with(s.allocator)  # returns once this process runs on it (or on the system's allocator)
+        restart_with(plan.allocator)  # returns once this process runs on it (or on the system's allocator)
     except AllocatorMissing as e:
         log.error("%s", e)
         return 2
@@ -93,7 +94,6 @@ def run_worker(args: argparse.Namespace) -> int:
     registry = wait_for_models(s, stop)  # an empty volume is waited on, not a restart loop
     if registry is None:
         return 0
-    plan = s.worker_plan(beside_api=False)
     translators = registry.load_translators(s.resolved_device, s.dtype, plan.threads)
     freeze_loaded()
     beat = min(5.0, s.claim_idle_ms / 3000)  # three heartbeats within the time after which tasks are reclaimed

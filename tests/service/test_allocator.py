@@ -62,3 +62,25 @@ def test_restart_with_starts_the_process_again_once_with_its_allocator() -> None
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert "tcmalloc" in run.stdout and run.stderr.count("start") == 2
     assert "tcmalloc" not in mapped(env, "from service.allocator import restart_with; restart_with('system')")
+
+
+@pytest.mark.parametrize("name", ["tcmalloc", "jemalloc", "system"])
+def test_trim_heap_gives_freed_memory_back_on_every_allocator(name: allocator.Allocator) -> None:
+    """Loading a model frees the float weights that packing or quantizing replaced (model.translator.trim_heap):
+    tcmalloc keeps freed memory resident unless told to release it, where glibc's malloc gives most back itself."""
+    script = "\n".join(
+        [
+            "import torch",
+            "from model.translator import trim_heap",
+            "def rss(): return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20",
+            "xs = [torch.ones(256, 1024, 256) for _ in range(4)] + [torch.ones(1024, 1024) for _ in range(128)]",
+            "held = rss()",
+            "del xs",
+            "trim_heap()",
+            "print(held, rss())",
+        ]
+    )
+    env = preloaded({k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}, name)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    held, after = map(float, out.stdout.split())
+    assert held > 1500 and after < held - 1200, (name, held, after)  # 1.5 GiB made, at least 1.2 GiB given back

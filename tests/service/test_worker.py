@@ -195,8 +195,11 @@ def test_a_read_takes_its_share_of_what_is_queued() -> None:
         ({"device": "cpu", "threads": 4, "workers": 2, "worker_processes": False}, True, WorkerPlan(2, 2)),
         ({"device": "cpu", "threads": 2, "workers": 1}, False, WorkerPlan(1, 2)),
         ({"device": "cpu", "threads": 2, "workers": 3}, False, WorkerPlan(3, 1)),  # never fewer than one thread
-        ({"device": "cuda", "threads": 2}, False, WorkerPlan(1, 2)),  # one per GPU unless asked
-        ({"device": "cuda", "threads": 2, "worker_processes": None}, True, WorkerPlan(1, 2)),  # one copy of the weights
+        ({"device": "cuda", "threads": 2}, False, WorkerPlan(1, 2, allocator="system")),  # one per GPU unless asked
+        # one copy of the weights; the allocator's gain is the CPU's steps, so auto keeps the system's on CUDA
+        ({"device": "cuda", "threads": 2, "worker_processes": None}, True, WorkerPlan(1, 2, allocator="system")),
+        ({"device": "cuda", "allocator": "jemalloc"}, False, WorkerPlan(1, None, allocator="jemalloc")),
+        ({"device": "cpu", "threads": 1, "allocator": "system"}, False, WorkerPlan(1, 1, allocator="system")),
     ],
 )
 def test_worker_plan(settings: dict[str, object], beside_api: bool, plan: WorkerPlan) -> None:
