@@ -18,8 +18,10 @@ from typing import Literal
 
 Allocator = Literal["auto", "system", "tcmalloc", "jemalloc"]  # ServiceSettings.allocator
 LIBRARIES = {"tcmalloc": "tcmalloc_minimal", "jemalloc": "jemalloc"}  # as ctypes.util.find_library names them
-# Debian's, for the error message (Debian 13 and Ubuntu 24.04 name tcmalloc's libtcmalloc-minimal4t64)
-PACKAGES = {"tcmalloc": "libtcmalloc-minimal4", "jemalloc": "libjemalloc2"}
+PACKAGES = {  # Debian's, for the error message
+    "tcmalloc": "libtcmalloc-minimal4 (libtcmalloc-minimal4t64 on Debian 13 and Ubuntu 24.04)",
+    "jemalloc": "libjemalloc2",
+}
 # tcmalloc reports every allocation past 1 GiB on stderr; loading a large model makes several
 QUIET = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 40)}
 RESTARTED = "TRANSFORMER_ALLOCATOR_LOADED"  # set in a process started again with its allocator (restart_with)
