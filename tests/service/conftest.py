@@ -19,6 +19,7 @@ import pytest
 import redis
 import uvicorn
 
+from service import allocator
 from service.api.app import create_app
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
@@ -241,3 +242,12 @@ def workers(models_dir: Path, redis_server: RedisServer, tmp_path: Path) -> Iter
     w = Workers(models_dir, redis_server.url, tmp_path)
     yield w
     w.stop_all()
+
+
+@pytest.fixture
+def no_jemalloc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine without jemalloc (service.allocator): the loader is asked for a library nobody has."""
+    monkeypatch.setitem(allocator.LIBRARIES, "jemalloc", "no-such-allocator-4c1d")
+    allocator.library.cache_clear()
+    yield
+    allocator.library.cache_clear()

@@ -6,21 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from service import allocator
 from service.allocator import AllocatorMissing, chosen, library, preloaded
-
-
-@pytest.fixture
-def no_jemalloc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A machine without jemalloc: the loader is asked for a library nobody has."""
-    monkeypatch.setitem(allocator.LIBRARIES, "jemalloc", "no-such-allocator-4c1d")
-    library.cache_clear()
-    yield
-    library.cache_clear()
 
 
 def mapped(env: dict[str, str], code: str = "") -> str:

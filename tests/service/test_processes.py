@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from model.translator import Translator
-from service import allocator
 from service.queue.processes import ParentGone, PipeQueue, poke
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
@@ -182,17 +181,12 @@ def test_requests_join_a_busy_worker_process_search(serve: Callable[..., Server]
     assert [r.json()["translatedText"] for r in responses] == [o.text for o in alone]
 
 
-def test_an_allocator_the_machine_lacks_is_reported(models_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRANSFORMER_ALLOCATOR=jemalloc on a machine without it (the loader asked for a library nobody has): /readyz
-    says what to install, and no worker process starts."""
-    monkeypatch.setitem(allocator.LIBRARIES, "jemalloc", "no-such-allocator-4c1d")
-    allocator.library.cache_clear()
-    try:
-        settings = ServiceSettings(models_dir=models_dir, worker_processes=True, threads=1, allocator="jemalloc")
-        with Server(settings) as server:
-            wait_until(lambda: "loading" not in httpx.get(f"{server.url}/readyz").text, 60)
-            r = httpx.get(f"{server.url}/readyz")
-            assert r.status_code == 503 and "apt install libjemalloc2" in r.text, r.text
-            assert children(server) == []
-    finally:
-        allocator.library.cache_clear()
+def test_an_allocator_the_machine_lacks_is_reported(models_dir: Path, no_jemalloc: None) -> None:
+    """TRANSFORMER_ALLOCATOR=jemalloc on a machine without it: /readyz says what to install, and no worker process
+    starts."""
+    settings = ServiceSettings(models_dir=models_dir, worker_processes=True, threads=1, allocator="jemalloc")
+    with Server(settings) as server:
+        wait_until(lambda: "loading" not in httpx.get(f"{server.url}/readyz").text, 60)
+        r = httpx.get(f"{server.url}/readyz")
+        assert r.status_code == 503 and "apt install libjemalloc2" in r.text, r.text
+        assert children(server) == []
