@@ -76,6 +76,12 @@ def engine_env() -> tuple[dict[str, str], Path | None]:
     return env, None if running else script
 
 
+def dockerfile_base() -> str:
+    """The Dockerfile's default base image (its PYTHON_IMAGE)."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    return next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ARG PYTHON_IMAGE="))
+
+
 @dataclass
 class Stack:
     env: dict[str, str]
@@ -113,6 +119,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[S
         models / "tiny-en-de", spm_dir, SPM_VOCAB, seed=5, source_lang="en", target_lang="de", max_len=64
     )
     s = Stack(env, ["-f", str(ROOT / "docker" / "compose.yaml"), "-f", str(override)], models)
+    local_base(s, dockerfile_base())
     start = time.monotonic()
     s.run(
         "docker",
@@ -152,6 +159,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory, spm_dir: Path) -> Iterator[S
         s.compose("down", "-v", "--remove-orphans", check=False)
         if started is not None:
             subprocess.run(["bash", str(started), "stop"], capture_output=True, timeout=300)
+
+
+def local_base(s: Stack, base: str) -> None:
+    """The base image by the Dockerfile's name for it. An engine without Docker Hub holds what docker-engine.sh
+    makes: `python:3.11-slim` built from Debian 12, the release the Dockerfile's `python:3.11-slim-bookworm` names
+    (its tcmalloc package is pinned for it); that image takes the name once its os-release says so."""
+    if s.run("docker", "image", "inspect", base, check=False).returncode == 0:
+        return
+    plain, _, release = base.rpartition("-")
+    release_line = s.run("docker", "run", "--rm", plain, "grep", "^VERSION_CODENAME=", "/etc/os-release").stdout
+    assert release_line.strip() == f"VERSION_CODENAME={release}", f"{plain} is not Debian {release}: {release_line}"
+    s.run("docker", "tag", plain, base)
 
 
 def expected(stack: Stack, texts: list[str]) -> list[str]:
@@ -213,6 +232,16 @@ def test_the_stack_comes_up_healthy_and_serves_the_model(stack: Stack) -> None:
     r = httpx.post(f"{stack.url}/translate", json={"q": texts, **OPTIONS}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == expected(stack, texts)
+
+
+def test_the_workers_decode_on_tcmalloc(stack: Stack) -> None:
+    """The image holds tcmalloc, so each `transformer worker` (the container's pid 1: the entry point execs it)
+    has started itself again with it preloaded (TRANSFORMER_ALLOCATOR=auto, service/allocator.py)."""
+    for container in stack.containers("worker"):
+        maps = stack.run("docker", "exec", container, "cat", "/proc/1/maps").stdout
+        assert "libtcmalloc_minimal" in maps, container
+        environ = stack.run("docker", "exec", container, "cat", "/proc/1/environ").stdout.split("\0")
+        assert any(e.startswith("LD_PRELOAD=") and "tcmalloc" in e for e in environ), environ
 
 
 def test_a_job_survives_the_kill_of_its_worker(stack: Stack) -> None:

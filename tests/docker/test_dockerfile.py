@@ -175,11 +175,22 @@ def test_what_pip_installs() -> None:
 
 
 def test_multi_stage_on_python_3_11_slim(dockerfile: list[Instruction]) -> None:
-    assert find(dockerfile, "ARG", "") == ["PYTHON_IMAGE=python:3.11-slim"]
+    assert find(dockerfile, "ARG", "") == ["PYTHON_IMAGE=python:3.11-slim-bookworm"]
     assert find(dockerfile, "FROM") == ["${PYTHON_IMAGE} AS builder", "${PYTHON_IMAGE} AS runtime"]
     assert dockerfile[-1].stage == "runtime"  # the last stage is the image `docker build` makes
     assert "--from=builder /opt/venv /opt/venv" in find(dockerfile, "COPY", "runtime")
     assert not [run for run in find(dockerfile, "RUN", "runtime") if "pip" in run]
+
+
+def test_the_runtime_holds_tcmalloc_for_the_base_images_release(dockerfile: list[Instruction]) -> None:
+    """service/allocator.py preloads tcmalloc where the machine has it: the runtime installs Debian's package,
+    pinned (DL3008) to the release the base image names, and leaves no package lists behind. The builder needs
+    none (it decodes nothing)."""
+    (run,) = [r for r in find(dockerfile, "RUN", "runtime") if "apt-get" in r]
+    assert "apt-get install -y --no-install-recommends libtcmalloc-minimal4=2.10-1" in run  # bookworm's
+    assert run.endswith("rm -rf /var/lib/apt/lists/*")
+    assert find(dockerfile, "ARG", "")[0].endswith("-bookworm")
+    assert not [r for r in find(dockerfile, "RUN", "builder") if "apt-get" in r]
 
 
 def test_runs_as_a_non_root_user(dockerfile: list[Instruction]) -> None:
