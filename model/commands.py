@@ -12,6 +12,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, TextIO
 
 from model.config import DecodingConfig
+from model.errors import ConfigError
 
 if TYPE_CHECKING:
     from model.output import Output
@@ -58,6 +59,8 @@ def decoding_config(args: argparse.Namespace, base: DecodingConfig) -> DecodingC
     """base (the checkpoint's own options) with the options add_decoding_options added that were given."""
     names = (*DecodingConfig.OPTIONS, "max_len_a", "max_len_b")
     given = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    if args.max_length is not None and args.min_length is not None and args.min_length > args.max_length:
+        raise ConfigError(f"--min-length {args.min_length} is more than --max-length {args.max_length}")
     return dataclasses.replace(base, **given).with_max_length(args.max_length)
 
 

@@ -147,19 +147,22 @@ class Document(HTMLParser):
         self.markup(f"<?{data}>")
 
     def unknown_decl(self, data: str) -> None:
-        self.markup(f"<![{data}]>")
+        """A marked section that reached here without parse_marked_section (a parser of another Python version):
+        "CDATA[ x " ends in "]]>", Office's "if !IE" in "]>"."""
+        self.markup(f"<![{data}{']]>' if '[' in data else ']>'}")
 
     def parse_marked_section(self, i: int, report: bool = True) -> int:
-        """<![keyword[ ... ]]> kept as it is, whatever the keyword: the standard library's parser fails an
-        assertion on a keyword it does not know (<![foo[)."""
+        """<![keyword[ ... ]]> (and Office's <![if ...]>) kept as it is, to the letter: unknown_decl is handed it
+        without its end, which is "]]>" or "]>" by the keyword; and whatever the keyword, since the standard
+        library's parser fails an assertion on one it does not know (<![foo[)."""
         try:
-            return super().parse_marked_section(i, report)
+            j = super().parse_marked_section(i, report=False)
         except AssertionError:
             end = self.rawdata.find("]]>", i)
-            if end < 0:
-                return -1  # incomplete: the parser waits for more, and close() hands it over as data
-            self.markup(self.rawdata[i : end + 3])
-            return end + 3
+            j = -1 if end < 0 else end + 3
+        if j >= 0:  # else incomplete: the parser waits for more, and close() hands it over as data
+            self.markup(self.rawdata[i:j])
+        return j
 
     # -- into parts --------------------------------------------------------------------------------
 

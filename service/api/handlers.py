@@ -64,8 +64,25 @@ def allowed_methods(app: FastAPI, path: str) -> str:
     return ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods else set())))
 
 
-def http_error(e: StarletteHTTPException, allow: str | None = None) -> ServiceError:
-    """The router's own errors (an unknown path, a method a path does not take: allow names the ones it does)."""
+def unreadable_body(e: StarletteHTTPException, media_type: str) -> MalformedJson | None:
+    """FastAPI's 400 for a JSON body (media_type: the request's Content-Type) that json.loads fails on
+    with something other than a JSONDecodeError, its cause: bytes that are not UTF-8, or a number too long for
+    int() (over 4300 digits)."""
+    cause = e.__cause__
+    json_body = media_type == "application/json" or media_type.endswith("+json")
+    if e.status_code != 400 or not json_body or not isinstance(cause, ValueError):
+        return None
+    if isinstance(cause, UnicodeDecodeError):
+        return MalformedJson(f"not UTF-8 (byte {cause.start} is {cause.object[cause.start : cause.start + 1]!r})")
+    return MalformedJson(str(cause).split(";")[0])
+
+
+def http_error(e: StarletteHTTPException, allow: str | None = None, media_type: str = "") -> ServiceError:
+    """The router's own errors (an unknown path, a method a path does not take: allow names the ones it does),
+    and FastAPI's for a body of this media type that it could not read as JSON (unreadable_body)."""
+    unreadable = unreadable_body(e, media_type)
+    if unreadable is not None:
+        return unreadable
     kinds: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}
     headers = {**(getattr(e, "headers", None) or {}), **({"Allow": allow} if allow else {})}
     error = kinds.get(e.status_code, ServiceError)(str(e.detail), headers=headers or None)
@@ -86,7 +103,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def routing(request: Request, e: StarletteHTTPException) -> JSONResponse:
         allow = allowed_methods(app, request.url.path) if e.status_code == 405 else None
-        return error_response(http_error(e, allow))
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        return error_response(http_error(e, allow, media_type))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> JSONResponse:

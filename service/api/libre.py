@@ -63,9 +63,10 @@ def content_type(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
 
 
 def form_to_json(body: bytes) -> bytes:
-    """A form-encoded body as the JSON object our endpoints read: repeated `q` fields make a list."""
+    """A form-encoded body as the JSON object our endpoints read: repeated `q` fields make a list. Its bytes and
+    what its %-escapes stand for must be UTF-8 (UnicodeDecodeError), as a JSON body's."""
     fields: dict[str, object] = {}
-    for name, value in parse_qsl(body.decode("utf-8", errors="strict"), keep_blank_values=True):
+    for name, value in parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict"):
         if name in LIST_FIELDS and name in fields:
             previous = fields[name]
             fields[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
@@ -91,7 +92,7 @@ def body_api_key(body: bytes, media_type: bytes) -> str:
     """The `api_key` field of a JSON or form body (LibreTranslate's way to send a key), or ''."""
     try:
         if media_type == FORM:
-            return next((v for k, v in parse_qsl(body.decode("utf-8")) if k == "api_key"), "")
+            return next((v for k, v in parse_qsl(body.decode("utf-8"), errors="strict") if k == "api_key"), "")
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         return ""

@@ -95,6 +95,9 @@ def options_of(
         raise InvalidRequest("beam_size", f"{beam_size}{own} is more than the limit of {settings.max_beam_size}")
     if n_best > beam_size:
         raise InvalidRequest("n_best", f"{n_best} is more than beam_size ({beam_size})")
+    if {"min_length", "max_length"} <= given and req.max_length is not None and req.min_length > req.max_length:
+        # Given both, a client means both: refused. Against the model's own min_length, max_length wins.
+        raise InvalidRequest("min_length", f"{req.min_length} is more than max_length ({req.max_length})")
     try:
         return req.decoding(base, beam_size=beam_size, n_best=n_best)
     except ConfigError as e:  # options that do not fit together

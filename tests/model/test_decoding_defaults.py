@@ -78,6 +78,9 @@ def test_translator_and_the_translate_command_use_them_unless_told_otherwise(
     out = capsys.readouterr().out.splitlines()
     want = plain.translate(texts, DecodingConfig(**{**OWN, "n_best": 1}).with_max_length(5))  # type: ignore[arg-type]
     assert out == [t.text for t in want]
+    # Both lengths given, the shorter last: refused in one line (it was decoded to max-length, min-length unheard).
+    assert main(["translate", "--model", str(tmp_path / "own"), "--min-length", "9", "--max-length", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --min-length 9 is more than --max-length 3"
 
 
 def test_every_option_set_one_by_one_is_a_request_field_and_a_flag_with_the_papers_default() -> None:

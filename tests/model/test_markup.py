@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from html.parser import HTMLParser
 
+import pytest
+
 from model.markup import VOID, Document, Run, render
 from model.output import Hypothesis
 
@@ -153,3 +155,18 @@ def test_a_marked_section_of_any_keyword_is_kept_not_a_crash() -> None:
     out = render(d, [hypothesis("Kalo  ruza", "KALO RUZA", [0, 1])])
     assert out.startswith("<p>KALO ") and out.endswith(" RUZA</p>") and out.count("<![foo[ mine ]]>") == 1
     assert Document("Kalo <![foo[ mine").texts == ["Kalo <![foo[ mine"]  # never closed: text
+
+
+@pytest.mark.parametrize(
+    "section", ["<![CDATA[ x < y ]]>", "<![if !IE]>", "<![endif]>", "<![INCLUDE[ mine ]]>", "<![foo[ mine ]]>"]
+)
+def test_a_marked_section_comes_back_to_the_letter(section: str) -> None:
+    """The parser hands a marked section over without its end: <![CDATA[ x ]]> came back as <![CDATA[ x ]>."""
+    d = Document(f"<p>Kalo {section} ruza</p>")
+    assert d.texts == ["Kalo  ruza"]
+    out = render(d, [hypothesis("Kalo  ruza", "KALO RUZA", [0, 1])])
+    assert out.count(section) == 1 and out.replace(section, "").split() == ["<p>KALO", "RUZA</p>"], out
+    document = Document("")
+    document.unknown_decl("CDATA[ x ")  # the way a parser of another Python version may hand it over
+    document.unknown_decl("if !IE")
+    assert [raw for _, raw in document.run.points] == ["<![CDATA[ x ]]>", "<![if !IE]>"]

@@ -254,6 +254,14 @@ def test_a_paragraph_is_translated_sentence_by_sentence_on_every_path(
         ("post", "/jobs", {"texts": ["a", LONG]}, 422, "invalid_request", ("texts[1]", "limit of 64")),
         ("post", "/attention", {"q": ["a", "b"]}, 422, "invalid_request", ("q",)),
         ("post", "/attention", {"q": "a", "model": "nope"}, 404, "model_not_found", ("nope",)),
+        (
+            "post",
+            "/translate",
+            {"q": "a", "min_length": 9, "max_length": 3},
+            422,
+            "invalid_request",
+            ("9", "max_length (3)"),
+        ),
         ("get", "/nowhere", None, 404, "not_found", ()),
         ("get", "/translate", None, 405, "method_not_allowed", ()),
     ],
@@ -270,6 +278,20 @@ def test_malformed_and_oversized_bodies(client: TestClient, models_dir: Path) ->
     assert_error(r, 422, "malformed_json", "not valid JSON")
     r = client.post("/translate", content=b"\xff\xfe", headers={"content-type": "application/json"})
     assert r.status_code == 422
+    # What json.loads fails on with a ValueError other than a JSONDecodeError: FastAPI answered a bare 400.
+    for body, words in (
+        (b'{"q": "caf\xe9 au lait"}', ("not UTF-8", "byte 10", "\\xe9")),
+        (b'{"q": "a", "beam_size": ' + b"9" * 5000 + b"}", ("4300 digits",)),
+    ):
+        for media_type in ("application/json", "application/json; charset=utf-8"):
+            r = client.post("/translate", content=body, headers={"content-type": media_type})
+            assert_error(r, 422, "malformed_json", *words)
+    # A form's %-escapes are UTF-8 too: %E9 alone was translated as U+FFFD.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    assert_error(client.post("/translate", content=b"q=caf%E9", headers=form), 400, "bad_request", "not UTF-8")
+    # A multipart body is not JSON: a route that reads one still answers its own error.
+    r = client.post("/translate_file", content=b"--x\r\n", headers={"content-type": "multipart/form-data; boundary=x"})
+    assert r.status_code in (400, 422) and r.json()["error"]["code"] != "malformed_json", r.text
     small = ready_client(models_dir, max_body_bytes=2048)
     try:
         assert_error(small.post("/translate", json={"q": "a" * 4000}), 413, "payload_too_large", "2048")
