@@ -114,13 +114,17 @@ LANGUAGE_CODE = re.compile(r"^\s*(>>[^<>\s]+<<)\s*")  # Marian's target-language
 
 
 def check_unicode(text: str) -> None:
-    """InputError for text SentencePiece cannot take: a lone surrogate is not a character."""
+    """InputError for text SentencePiece cannot take: a lone surrogate is not a character. One of U+DC80-U+DCFF
+    is how Python's surrogateescape keeps a byte that is not UTF-8 (`transformer translate` reads stdin so): the
+    message names the byte too."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(
-            f"invalid Unicode: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start}"
-        ) from None
+        code = ord(text[e.start])
+        byte = (
+            f" (what byte 0x{code - 0xDC00:02X} becomes in input that is not UTF-8)" if 0xDC80 <= code <= 0xDCFF else ""
+        )
+        raise InputError(f"invalid Unicode: a lone surrogate U+{code:04X} at character {e.start}{byte}") from None
 
 
 class _Pieces:

@@ -52,7 +52,11 @@ def test_bytes_that_are_not_utf8_are_named_not_a_traceback(
     assert main(["translate", "--model", str(checkpoint_dir), "--skip-errors", *FAST]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 3 and out.splitlines()[1] == ""
-    assert "line 2: invalid Unicode" in err and "Traceback" not in err
+    assert (
+        "line 2: invalid Unicode" in err
+        and "byte 0xFF becomes in input that is not UTF-8" in err
+        and "Traceback" not in err
+    )
 
 
 def test_a_file_is_translated_into_the_same_format_with_progress(
