@@ -1,7 +1,7 @@
 """The ASGI layer outside every other: what every answer carries, errors included: the security headers and the
 request id (the client's X-Request-Id when it is a plain id, else a new one; every log line written while
-answering carries it too), and the request's count and latency in /metrics. Plain ASGI: no task or stream per
-request."""
+answering carries it too), and the request's count and latency in /metrics; and HEAD, answered as GET without
+its body (RFC 9110, 9.3.2), for every GET route. Plain ASGI: no task or stream per request."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ class Envelope:
         given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
         rid = request_id(given)
         REQUEST_ID.set(rid)  # this request's log lines carry it (the task's own context)
+        head = scope["method"] == "HEAD"
+        inner = {**scope, "method": "GET"} if head else scope  # the server's own scope still says HEAD
 
         async def send_enveloped(message: Message) -> None:
             nonlocal status
@@ -44,10 +46,12 @@ class Envelope:
                 status = message["status"]
                 extra = [(b"content-security-policy", csp), *HEADERS, (b"x-request-id", rid.encode())]
                 message["headers"] = [*message.get("headers", []), *extra]
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}  # GET's headers (its Content-Length too), no body
             await send(message)
 
         try:
-            await self.app(scope, receive, send_enveloped)
+            await self.app(inner, receive, send_enveloped)
         finally:
-            path = getattr(scope.get("route"), "path", "other")
+            path = getattr(inner.get("route"), "path", "other")
             self.metrics.observe(path, status, time.perf_counter() - start)

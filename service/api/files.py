@@ -72,6 +72,8 @@ async def translate_file(
     service, owner = caller
     s = service.settings
     name = PurePath(file.filename or "").name
+    if not name:
+        raise InvalidRequest("file", "the file part has no filename: name it, since its extension tells its format")
     data = await file.read()
     if len(data) > s.max_file_bytes:
         raise PayloadTooLarge(

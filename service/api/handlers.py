@@ -41,6 +41,8 @@ def _field(loc: tuple[Any, ...]) -> str:
 def _message(error: Any) -> str:
     if error["type"] == "string_unicode":
         return "invalid Unicode (a lone surrogate, such as \\ud800); send UTF-8 text"
+    if error["type"] == "value_error" and "Expected UploadFile" in str(error["msg"]):  # FastAPI's own words
+        return "not a file: a form field without a filename where a file part was expected (multipart/form-data)"
     return str(error["msg"])
 
 

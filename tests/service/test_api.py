@@ -415,6 +415,19 @@ def test_what_loading_made_is_out_of_the_collectors_reach_while_serving(models_d
     assert gc.get_freeze_count() == 0  # collectable again once the app is closed
 
 
+def test_head_is_get_without_its_body_on_every_get_route(client: TestClient) -> None:
+    """HEAD /healthz answered 405 with "Allow: GET, HEAD" (uptime checkers send HEAD)."""
+    for path in ("/healthz", "/", "/models", "/languages"):
+        got, head = client.get(path), client.head(path)
+        assert got.status_code == head.status_code == 200, (path, head.text)
+        assert head.content == b"" and head.headers["content-length"] == str(len(got.content)), path
+        assert head.headers["content-type"] == got.headers["content-type"] and "x-request-id" in head.headers
+    assert client.head("/metrics").status_code == 200
+    r = client.head("/translate")  # a POST route: HEAD is GET's, and GET is not allowed there
+    assert r.status_code == 405 and r.headers["allow"] == "POST" and r.content == b""
+    assert 'transformer_requests_total{route="/healthz",status="200"}' in client.get("/metrics").text
+
+
 def test_metrics_and_openapi(client: TestClient) -> None:
     client.post("/translate", json={"q": ["kalo", "mine"], **SHORT})
     text = client.get("/metrics").text

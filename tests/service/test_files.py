@@ -113,6 +113,16 @@ def test_bad_files_are_refused_clearly(client: TestClient, name: str, data: byte
     assert_error(upload(client, name, data), 422, "invalid_request", "file", *words)
 
 
+def test_a_file_part_without_a_filename_is_named_so(client: TestClient) -> None:
+    """A part without a filename is a plain field to Starlette, and FastAPI's words were "Value error, Expected
+    UploadFile, received: <class 'str'>"; with filename="" the answer began "file: : no extension"."""
+    r = client.post("/translate_file", files={"file": ("", b"kalo mine", "text/plain")})
+    assert_error(r, 422, "invalid_request", "file: not a file", "without a filename")
+    body = b'--x\r\nContent-Disposition: form-data; name="file"; filename=""\r\n\r\nkalo mine\r\n--x--\r\n'
+    r = client.post("/translate_file", content=body, headers={"content-type": "multipart/form-data; boundary=x"})
+    assert_error(r, 422, "invalid_request", "file: the file part has no filename")
+
+
 def test_zip_bombs_and_oversized_files_are_refused_before_they_are_unpacked(models_dir: Path) -> None:
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
