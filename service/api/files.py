@@ -71,6 +71,9 @@ async def translate_file(
     with the job (GET /jobs/{id}: progress) and `translatedFileUrl`, where the file is downloaded once when done."""
     service, owner = caller
     s = service.settings
+    files = len((await request.form()).getlist("file"))  # the form FastAPI read (cached): it kept the last
+    if files > 1:
+        raise InvalidRequest("file", f"{files} files in one request: send one file per request")
     name = PurePath(file.filename or "").name
     if not name:
         raise InvalidRequest("file", "the file part has no filename: name it, since its extension tells its format")

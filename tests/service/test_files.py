@@ -113,11 +113,14 @@ def test_bad_files_are_refused_clearly(client: TestClient, name: str, data: byte
     assert_error(upload(client, name, data), 422, "invalid_request", "file", *words)
 
 
-def test_a_file_part_without_a_filename_is_named_so(client: TestClient) -> None:
-    """A part without a filename is a plain field to Starlette, and FastAPI's words were "Value error, Expected
-    UploadFile, received: <class 'str'>"; with filename="" the answer began "file: : no extension"."""
+def test_a_file_part_without_a_filename_or_beside_another_is_named_so(client: TestClient) -> None:
+    """Two files: the last was translated and the first dropped. A part without a filename is a plain field to
+    Starlette, and FastAPI's words were "Value error, Expected UploadFile, received: <class 'str'>"; with
+    filename="" the answer began "file: : no extension"."""
     r = client.post("/translate_file", files={"file": ("", b"kalo mine", "text/plain")})
     assert_error(r, 422, "invalid_request", "file: not a file", "without a filename")
+    two = [("file", ("a.txt", b"kalo", "text/plain")), ("file", ("b.txt", b"mine", "text/plain"))]
+    assert_error(client.post("/translate_file", files=two), 422, "invalid_request", "2 files in one request")
     body = b'--x\r\nContent-Disposition: form-data; name="file"; filename=""\r\n\r\nkalo mine\r\n--x--\r\n'
     r = client.post("/translate_file", content=body, headers={"content-type": "multipart/form-data; boundary=x"})
     assert_error(r, 422, "invalid_request", "file: the file part has no filename")
