@@ -4,6 +4,9 @@ when its tokenizer files do not list them."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Collection
+
 import langcodes
 
 M2M100: tuple[str, ...] = (
@@ -395,3 +398,32 @@ def public_codes(own: list[str]) -> dict[str, str]:
         else:
             out[code] = code
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _language_and_script(code: str) -> tuple[str, str | None] | None:
+    """A code's language (ISO 639-1 where it has one: "eng_Latn" and "eng" are "en") and its script, written or
+    the likely one ("zh" and "zh-CN": Hans; "zh-TW": Hant; "en-US": Latn); None for what is not a language tag."""
+    try:
+        tag = langcodes.Language.get(code.replace("_", "-"))
+    except ValueError:  # LanguageTagError
+        return None
+    if tag.language is None:
+        return None
+    return tag.language, tag.maximize().script
+
+
+def matching(code: str, known: Collection[str]) -> str | None:
+    """The one of `known` (language codes a model or the service takes) that a user's code names: the code itself,
+    the same in another case ("EN"), or for a BCP 47 tag with a region or a script ("en-US", "pt_BR", "zh-Hant",
+    "zh-TW"), a known code of the same language in the same script ("en", "zho_Hant"). None where none is: a
+    script the known codes do not have is not another script's (sr-Latn is not srp_Cyrl)."""
+    if code in known:
+        return code
+    folded = {k.lower(): k for k in known}
+    if code.lower() in folded:
+        return folded[code.lower()]
+    asked = _language_and_script(code)
+    if asked is None:
+        return None
+    return next((k for k in known if _language_and_script(k) == asked), None)

@@ -13,7 +13,7 @@ import sentencepiece as spm
 
 from model.config import ModelConfig
 from model.errors import CheckpointError, ConfigError, InputError, UnknownLanguageError, check_readable
-from model.language_codes import public_codes
+from model.language_codes import matching, public_codes
 
 TokenizerKind = Literal["sentencepiece", "bpe"]
 SourceLanguage = Literal["none", "prefix"]
@@ -273,9 +273,10 @@ class Tokenizer:
         return Languages(self.fixed.source + tuple(src), self.fixed.target + forced)
 
     def _language(self, side: str, code: str | None) -> int:
-        if code is None or code not in self.language_ids:
+        own = None if code is None else self.own_code(code)
+        if own is None:
             raise UnknownLanguageError(side, code, sorted(self.public.values()))
-        return self.language_ids[code]
+        return self.language_ids[own]
 
     def iso_code(self, code: str | None) -> str | None:
         """The ISO 639-1 code of a language named by the model's own code or by its ISO one, which sentence rules
@@ -283,13 +284,15 @@ class Tokenizer:
         its languages as they are."""
         if code is None or not self.multilingual:
             return code
-        own = self.own_codes.get(code)
+        own = self.own_code(code)
         public = None if own is None else self.public[own]
         return public if public is not None and len(public) == 2 else None
 
     def own_code(self, code: str) -> str | None:
-        """The model's own code for a language named by its own or its ISO 639-1 code; None if it has none."""
-        return self.own_codes.get(code)
+        """The model's own code for a language named by its own or its ISO 639-1 code, in any case, or by a BCP 47
+        tag of one of its languages and scripts ("en-US", "zh-TW": language_codes.matching); None if it has none."""
+        found = matching(code, self.own_codes)
+        return None if found is None else self.own_codes[found]
 
     @functools.cached_property
     def source_characters(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from model.checkpoint import CONFIG_FILE, CheckpointMeta, read_meta
 from model.errors import CheckpointError, InputError, InputTooLongError, ModelError, UnknownLanguageError
+from model.language_codes import matching
 from model.segment import Segmented, segment
 from model.tokenizer import NO_LANGUAGES, Languages, Tokenizer
 from model.translator import Translator, read_segments
@@ -148,13 +149,30 @@ class Registry:
             raise ModelNotFound(f"unknown model {model_id!r}", self.ids)
         return self.models[model_id]
 
+    @functools.cached_property
+    def codes(self) -> list[str]:
+        """Every language code the models take: the bilingual models' and the multilingual ones' ISO 639-1 codes
+        first, then the multilingual models' own codes (so that "en-US" names "en", not "eng_Latn")."""
+        infos = self.models.values()
+        public = {c for m in infos for c in (m.meta.source_lang, m.meta.target_lang) if c and not m.multilingual}
+        public |= {c for m in infos if m.multilingual for c in m.languages()}
+        own = {c for m in infos if m.multilingual for c in m.tokenizer.public} - public
+        return sorted(public) + sorted(own)
+
+    def code(self, code: str) -> str:
+        """The code the models know a user's language code by (language_codes.matching: "EN", "en-US" and
+        "en_GB" are "en"); the code itself where none matches, so that errors name it as it was given."""
+        return matching(code, self.codes) or code
+
     def resolve(self, task: str, model: str | None, source: str | None, target: str | None) -> ModelInfo:
-        """The model named, else the one of this task for the languages given, else the only one of this task."""
+        """The model named, else the one of this task for the languages given (in any case, or as BCP 47 tags:
+        code), else the only one of this task."""
         if model is not None:
             info = self.get(model)
             if info.task != task:
                 raise InvalidRequest("model", f"{model!r} is a {info.task} model, not a {task} one")
             return info
+        source, target = source and self.code(source), target and self.code(target)
         found = [
             m
             for m in self.models.values()
@@ -187,6 +205,7 @@ class Registry:
         """Where no model translates source to target: a model from source to some x and one from x to target
         (x = English first, as LibreTranslate and Argos pivot), or None. Models that match ambiguously are passed
         over, as are pairs that only a multilingual model's defaults would make."""
+        source, target = self.code(source), self.code(target)
         for x in sorted(self._between() - {source, target}, key=lambda code: (code != "en", code)):
             try:
                 return self.resolve(task, None, source, x), x, self.resolve(task, None, x, target)

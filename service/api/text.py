@@ -156,17 +156,18 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
     if req.source != "auto" or req.model is not None:
         source = None if req.source == "auto" else req.source
         return [service.registry.resolve(task, req.model, source, req.target)] * len(texts), []
+    target = req.target and service.registry.code(req.target)
     fits = {
         m.meta.source_lang
         for m in service.registry.models.values()
-        if m.task == task and m.meta.source_lang and (req.target is None or m.meta.target_lang == req.target)
+        if m.task == task and m.meta.source_lang and (target is None or m.meta.target_lang == target)
     }
     fits |= {
         code
         for m in service.registry.models.values()
-        if m.task == task and m.multilingual and (req.target is None or m.knows(req.target))
+        if m.task == task and m.multilingual and (target is None or m.knows(target))
         for code in m.languages()
-        if code != req.target
+        if code != target
     }
     if not fits:
         return [service.registry.resolve(task, None, None, req.target)] * len(texts), []

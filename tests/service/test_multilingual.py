@@ -61,6 +61,30 @@ def test_translate_finds_the_model_by_its_languages_and_forces_the_target(
     assert german != french
 
 
+def test_codes_in_another_case_or_as_bcp47_tags_name_the_same_language(client: TestClient) -> None:
+    """A code is the model's in any case, and a BCP 47 tag with a region or a script is its language in its script:
+    "EN" and "en-US" answered 404; "zh-TW" is Traditional Chinese, the model's zho_Hant, not "zh" (zho_Hans)."""
+    texts = make_sentences(2, seed=13)
+
+    def translated(source: str, target: str, model: str | None = None) -> list[str]:
+        body = {"q": texts, "source": source, "target": target, "max_length": 6, **({"model": model} if model else {})}
+        r = client.post("/translate", json=body)
+        assert r.status_code == 200, (source, target, r.text)
+        return list(r.json()["translatedText"])
+
+    for source, target, same in (
+        ("EN", "De", ("en", "de")),
+        ("en-US", "de_DE", ("en", "de")),
+        ("ENG_LATN", "zh-TW", ("en", "zho_Hant")),
+        ("en-GB", "zh-Hant", ("en", "zho_Hant")),
+        ("en", "zh-CN", ("en", "zh")),
+    ):
+        assert translated(source, target) == translated(*same) == translated(source, target, model="nllb"), target
+    assert translated("en", "zh-TW") != translated("en", "zh")
+    r = client.post("/translate", json={"q": "kalo", "source": "sr-Latn", "target": "de"})  # the model has srp_Cyrl
+    assert r.status_code == 404 and "from sr-Latn" in r.text, r.text
+
+
 def test_an_unknown_or_missing_language_is_the_requests_error(client: TestClient) -> None:
     r = client.post("/translate", json={"q": "kalo", "source": "en", "target": "xx"})
     assert r.status_code == 404 and "to xx" in r.text, r.text
