@@ -150,14 +150,15 @@ class Registry:
         return self.models[model_id]
 
     @functools.cached_property
-    def codes(self) -> list[str]:
-        """Every language code the models take: the bilingual models' and the multilingual ones' ISO 639-1 codes
-        first, then the multilingual models' own codes (so that "en-US" names "en", not "eng_Latn")."""
+    def codes(self) -> dict[str, None]:
+        """Every language code the models take, as an ordered set: the bilingual models' and the multilingual ones'
+        ISO 639-1 codes first, then the multilingual models' own codes (so that "en-US" names "en", not
+        "eng_Latn")."""
         infos = self.models.values()
         public = {c for m in infos for c in (m.meta.source_lang, m.meta.target_lang) if c and not m.multilingual}
         public |= {c for m in infos if m.multilingual for c in m.languages()}
         own = {c for m in infos if m.multilingual for c in m.tokenizer.public} - public
-        return sorted(public) + sorted(own)
+        return dict.fromkeys([*sorted(public), *sorted(own)])
 
     def code(self, code: str) -> str:
         """The code the models know a user's language code by (language_codes.matching: "EN", "en-US" and
