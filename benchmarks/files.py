@@ -105,7 +105,7 @@ def through_cli(model: Path, path: Path, threads: int) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "service.cli",
+        "service.start",  # the `transformer` command's entry point (its allocator included)
         "translate",
         "--model",
         str(model),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,32 @@ def test_trim_heap_gives_freed_memory_back_on_every_allocator(name: allocator.Al
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     held, after = map(float, out.stdout.split())
     assert held > 1500 and after < held - 1200, (name, held, after)  # 1.5 GiB made, at least 1.2 GiB given back
+
+
+def test_the_translate_command_starts_again_on_its_allocator_before_torch(checkpoint_dir: Path) -> None:
+    """`transformer translate` decodes in its own process (service.start): it runs on the allocator too, with the
+    same output, and a setting it does not know is a one-line error."""
+    script = "\n".join(
+        [
+            "import sys",
+            f"sys.argv = ['transformer', 'translate', '--model', {str(checkpoint_dir)!r}, '--max-length', '4']",
+            "from service.start import main",
+            "assert 'torch' not in sys.modules  # so that starting again costs no import of torch",
+            "code = main()",
+            "print('mapped', 'tcmalloc' in open('/proc/self/maps').read(), code)",
+        ]
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.RESTARTED)}
+    lines = "kalo mine\nvo sa ti ruza\n"
+    runs = {}
+    for setting in ("tcmalloc", "system"):
+        env = {**base, "TRANSFORMER_ALLOCATOR": setting}
+        run = subprocess.run([sys.executable, "-c", script], env=env, input=lines, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        *outputs, last = run.stdout.splitlines()
+        assert last == f"mapped {setting == 'tcmalloc'} 0" and len(outputs) == 2
+        runs[setting] = outputs
+    assert runs["tcmalloc"] == runs["system"]
+    env = {**base, "TRANSFORMER_ALLOCATOR": "tcmallloc"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, input=lines, capture_output=True, text=True)
+    assert run.stdout.strip() == "mapped False 2" and run.stderr.startswith("error: TRANSFORMER_ALLOCATOR: one of auto")
