@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.libre import content_type
 from service.api.schemas import UNION_TAGS
 from service.errors import InvalidRequest, MalformedJson, MethodNotAllowed, NotFound, ServiceError, shown
 
@@ -66,12 +67,12 @@ def allowed_methods(app: FastAPI, path: str) -> str:
     return ", ".join(sorted(methods | ({"HEAD"} if "GET" in methods else set())))
 
 
-def unreadable_body(e: StarletteHTTPException, media_type: str) -> MalformedJson | None:
-    """FastAPI's 400 for a JSON body (media_type: the request's Content-Type) that json.loads fails on
+def unreadable_body(e: StarletteHTTPException, media_type: bytes) -> MalformedJson | None:
+    """FastAPI's 400 for a JSON body (media_type: the request's, libre.content_type) that json.loads fails on
     with something other than a JSONDecodeError, its cause: bytes that are not UTF-8, or a number too long for
     int() (over 4300 digits)."""
     cause = e.__cause__
-    json_body = media_type == "application/json" or media_type.endswith("+json")
+    json_body = media_type == b"application/json" or media_type.endswith(b"+json")
     if e.status_code != 400 or not json_body or not isinstance(cause, ValueError):
         return None
     if isinstance(cause, UnicodeDecodeError):
@@ -79,7 +80,7 @@ def unreadable_body(e: StarletteHTTPException, media_type: str) -> MalformedJson
     return MalformedJson(str(cause).split(";")[0])
 
 
-def http_error(e: StarletteHTTPException, allow: str | None = None, media_type: str = "") -> ServiceError:
+def http_error(e: StarletteHTTPException, allow: str | None = None, media_type: bytes = b"") -> ServiceError:
     """The router's own errors (an unknown path, a method a path does not take: allow names the ones it does),
     and FastAPI's for a body of this media type that it could not read as JSON (unreadable_body)."""
     unreadable = unreadable_body(e, media_type)
@@ -105,8 +106,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def routing(request: Request, e: StarletteHTTPException) -> JSONResponse:
         allow = allowed_methods(app, request.url.path) if e.status_code == 405 else None
-        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        return error_response(http_error(e, allow, media_type))
+        return error_response(http_error(e, allow, content_type(request.scope["headers"])))
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> JSONResponse:
