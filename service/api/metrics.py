@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import accumulate
 
 from service.queue.counters import BATCH_BUCKETS, COUNTERS, GAUGES, TEXTS_PER_STEP, bucket
 
@@ -16,7 +18,9 @@ class RequestMetrics:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.count: dict[tuple[str, int], int] = defaultdict(int)
-        self.buckets: dict[str, list[int]] = defaultdict(lambda: [0] * len(LATENCY_BUCKETS))
+        # Requests per latency bucket, not yet cumulative (render sums them): one count a request. The last
+        # counts those over the largest bound.
+        self.buckets: dict[str, list[int]] = defaultdict(lambda: [0] * (len(LATENCY_BUCKETS) + 1))
         self.sum: dict[str, float] = defaultdict(float)
         self.n: dict[str, int] = defaultdict(int)
 
@@ -25,9 +29,7 @@ class RequestMetrics:
             self.count[(route, status)] += 1
             self.sum[route] += seconds
             self.n[route] += 1
-            for i, b in enumerate(LATENCY_BUCKETS):
-                if seconds <= b:
-                    self.buckets[route][i] += 1
+            self.buckets[route][bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bound >= seconds
 
     def render(self) -> list[str]:
         out = [
@@ -44,7 +46,7 @@ class RequestMetrics:
                 "# TYPE transformer_request_seconds histogram",
             ]
             for route in sorted(self.n):
-                for b, c in zip(LATENCY_BUCKETS, self.buckets[route], strict=True):
+                for b, c in zip(LATENCY_BUCKETS, accumulate(self.buckets[route]), strict=False):
                     out.append(f'transformer_request_seconds_bucket{{route="{route}",le="{b}"}} {c}')
                 out.append(f'transformer_request_seconds_bucket{{route="{route}",le="+Inf"}} {self.n[route]}')
                 out.append(f'transformer_request_seconds_sum{{route="{route}"}} {self.sum[route]:.6f}')

@@ -18,6 +18,7 @@ from model.int8_checkpoint import quantize_checkpoint
 from model.quantize import int8_unsupported
 from model.translator import Translator
 from service.api.app import create_app
+from service.api.metrics import RequestMetrics
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, make_sentences, save_random_checkpoint
 
@@ -443,6 +444,21 @@ def test_metrics_and_openapi(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert {"/translate", "/summarize", "/jobs", "/jobs/{job_id}", "/attention", "/models"} <= set(spec["paths"])
     assert "422" in spec["paths"]["/translate"]["post"]["responses"]
+
+
+def test_latency_histogram_is_cumulative_with_each_bound_inclusive() -> None:
+    metrics = RequestMetrics()
+    for seconds in (0.02, 0.05, 0.3, 100.0):  # 0.05 is a bound itself: counted in le="0.05"
+        metrics.observe("/translate", 200, seconds)
+    lines = metrics.render()
+    counts = {
+        line.split('le="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("transformer_request_seconds_bucket")
+    }
+    assert counts["0.01"] == 0 and counts["0.025"] == 1 and counts["0.05"] == 2 and counts["0.25"] == 2
+    assert counts["0.5"] == counts["60.0"] == 3 and counts["+Inf"] == 4
+    assert 'transformer_request_seconds_count{route="/translate"} 4' in lines
 
 
 @pytest.mark.skipif(int8_unsupported("cpu") is not None, reason=str(int8_unsupported("cpu")))

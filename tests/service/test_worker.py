@@ -238,3 +238,21 @@ def test_cancelled_jobs_are_asked_about_every_interval_and_expired_ones_every_st
         assert len(asked) == 2 and set(worker.pool.jobs) == {kept.id}
 
     asyncio.run(go())
+
+
+def test_job_ids_are_random_128_bit_hex_and_differ_in_a_forked_child() -> None:
+    import os
+
+    ids = [Job("m", ["x"]).id for _ in range(600)]  # past one read of the random source (256 ids)
+    assert len(set(ids)) == 600 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, written back
+        os.write(write, " ".join(Job("m", ["x"]).id for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 4096).decode().split()
+    os.close(read)
+    mine = [Job("m", ["x"]).id for _ in range(3)]
+    assert len(child) == 3 and not set(child) & set(mine)
