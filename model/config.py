@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -183,6 +184,10 @@ class DecodingConfig:
             raise ConfigError(f"beam_size must be at least 1, got {self.beam_size}")
         if not 1 <= self.n_best <= self.beam_size:
             raise ConfigError(f"n_best must be between 1 and beam_size ({self.beam_size}), got {self.n_best}")
+        numbers = {"length_penalty": self.length_penalty, "max_len_a": self.max_len_a, "max_len_b": self.max_len_b}
+        for name, value in numbers.items():
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}")
         if self.max_len_a < 0 or self.max_len_b < 0:
             raise ConfigError("max_len_a and max_len_b must not be negative")
         if self.max_len_a == 0 and self.max_len_b == 0:

@@ -46,7 +46,10 @@ TextOrTexts = Annotated[
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request's body: unknown fields refused, and numbers finite (Python's JSON reader takes NaN and Infinity,
+    which would otherwise fail a bound with a message that misleads: NaN is not above 10)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DecodeOptions(Strict):

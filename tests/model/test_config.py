@@ -130,6 +130,9 @@ def test_config_error_is_a_value_error() -> None:
         {"min_length": -1},
         {"no_repeat_ngram_size": -2},
         {"length_penalty_form": "wu"},
+        {"length_penalty": float("nan")},  # NaN passes every bound: each comparison is False
+        {"length_penalty": float("inf")},
+        {"max_len_a": float("nan")},  # int(NaN) raised ValueError in output_limit, mid-request
     ],
 )
 def test_decoding_config_rejects(kwargs: dict[str, object]) -> None:

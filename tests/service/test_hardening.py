@@ -261,6 +261,21 @@ def test_lone_surrogates_get_422(serve_heavy: Callable[..., Server], path: str, 
     assert [d["field"] for d in err["details"]] == [field], err
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/translate", '{"q": "ok", "length_penalty": NaN}'),
+        ("/jobs", '{"texts": ["ok"], "length_penalty": Infinity}'),
+        ("/attention", '{"q": "ok", "length_penalty": -Infinity}'),
+    ],
+)
+def test_nan_and_infinity_are_refused_as_not_finite(serve_heavy: Callable[..., Server], path: str, body: str) -> None:
+    server = serve_heavy()
+    r = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"content-type": "application/json"})
+    err = error_of(r, 422)
+    assert err["details"] == [{"field": "length_penalty", "message": "Input should be a finite number"}], err
+
+
 # -- 8. ownership, rate limits, failed keys -----------------------------------------------------------------
 
 
