@@ -67,6 +67,9 @@ class ServiceSettings(BaseSettings):
     max_result_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # a larger result fails its task
     max_job_page: int = Field(default=1000, ge=1)  # most results per GET /jobs/{id}
     request_timeout_s: float = Field(default=60.0, gt=0)  # a synchronous request answers 504 after this
+    # a request must arrive whole, headers and body, within this from its first byte (or from connecting), else
+    # its connection is closed (service.http: uvicorn itself waits for slow senders without end)
+    request_read_timeout_s: float = Field(default=60.0, gt=0)
     result_ttl_s: int = Field(default=3600, ge=1)  # how long job statuses and results are kept
     # files (POST /translate_file): each runs as a batch job; model.files reads them within these
     max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)

@@ -63,10 +63,12 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
+    from service.http import deadline_protocol
 
     s = settings_from(args, models_dir="models_dir", host="host", port="port", redis_url="redis_url")
     configure_logging(s.log_format)
-    uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None)
+    protocol = deadline_protocol(s.request_read_timeout_s)
+    uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None, http=protocol)
     return 0
 
 

@@ -21,6 +21,7 @@ import uvicorn
 
 from service import allocator
 from service.api.app import create_app
+from service.http import deadline_protocol
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
 
@@ -73,7 +74,9 @@ class Server:
         self.app = create_app(settings)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        protocol = deadline_protocol(settings.request_read_timeout_s)  # as `transformer serve` runs it
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", http=protocol)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Server:

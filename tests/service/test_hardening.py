@@ -141,6 +141,36 @@ def test_chunked_bodies_are_limited_and_keys_checked_before_reading(serve_heavy:
     assert rss_mib() - before < 100
 
 
+def test_slow_senders_are_cut_off_and_others_served(serve_heavy: Callable[..., Server]) -> None:
+    """Slowloris: a connection that says nothing, headers sent a byte at a time, a body that never ends. uvicorn
+    alone kept each open without end; each is closed at the deadline, the first two with a 408."""
+    server = serve_heavy(request_read_timeout_s=1.0)
+    silent = socket.create_connection(("127.0.0.1", server.port))
+    trickle = socket.create_connection(("127.0.0.1", server.port))
+    body = socket.create_connection(("127.0.0.1", server.port))
+    body.sendall(b"POST /translate HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n")
+    body.sendall(b"content-length: 1000\r\n\r\n{")
+    start = time.monotonic()
+    trickle.sendall(b"POST /translate HTTP/1.1\r\n")
+    for sock in (silent, trickle, body):
+        sock.setblocking(False)
+    answers: dict[str, bytes] = {}
+    while len(answers) < 3 and time.monotonic() - start < 10:
+        trickle.send(b"x")  # every 50 ms, as long as it is open (a byte resets uvicorn's own timer)
+        for name, sock in (("silent", silent), ("trickle", trickle), ("body", body)):
+            if name not in answers and select.select([sock], [], [], 0)[0]:
+                answers[name] = sock.recv(200)
+        time.sleep(0.05)
+    took = time.monotonic() - start
+    assert answers["silent"].startswith(b"HTTP/1.1 408") and answers["trickle"].startswith(b"HTTP/1.1 408")
+    assert answers["body"] == b"" and 0.9 < took < 5, (answers, took)  # closed: the app saw a disconnect
+    with httpx.Client() as client:  # a request in good time, and a decode that outlasts the deadline, are served
+        assert client.post(f"{server.url}/translate", json={"q": "kalo mine", "model": "long"}).status_code == 200
+        sent = time.monotonic()
+        r = client.post(f"{server.url}/translate", json={"q": "kalo " * 100, "model": "slow"}, timeout=60)
+        assert r.status_code == 200 and time.monotonic() - sent > 1.0, r.text
+
+
 def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy()
     hostile = json.dumps({"q": [1] * 1_000_000}, separators=(",", ":")).encode()  # 2 MB
