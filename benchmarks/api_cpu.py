@@ -97,10 +97,19 @@ def bare_app() -> Any:
     return app
 
 
-def serve(app: Any, port: int) -> None:
+def serve(app: Any, port: int, ours: bool = False) -> None:
+    """Under uvicorn; ours with the HTTP protocol `transformer serve` runs (service.http), the bare endpoint with
+    uvicorn's own."""
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None)
+    if ours:
+        from service.http import deadline_protocol
+        from service.settings import ServiceSettings
+
+        protocol = deadline_protocol(ServiceSettings().request_read_timeout_s)
+        uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, http=protocol)
+    else:
+        uvicorn.run(app, host="127.0.0.1", port=port, log_config=None)
 
 
 async def asgi_post(app: Any, text: str) -> None:
@@ -219,7 +228,8 @@ def main() -> None:
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve is not None:
-        serve(instant_app(args.models) if args.serve == "instant" else bare_app(), args.port)
+        ours = args.serve == "instant"
+        serve(instant_app(args.models) if ours else bare_app(), args.port, ours)
         return
     if args.model is None or args.text is None:
         p.error("--model and --text are needed")
