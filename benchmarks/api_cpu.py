@@ -103,10 +103,10 @@ def serve(app: Any, port: int, ours: bool = False) -> None:
     import uvicorn
 
     if ours:
-        from service.http import deadline_protocol
+        from service.http import limited_protocol
         from service.settings import ServiceSettings
 
-        protocol = deadline_protocol(ServiceSettings().request_read_timeout_s)
+        protocol = limited_protocol(ServiceSettings())
         uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, http=protocol)
     else:
         uvicorn.run(app, host="127.0.0.1", port=port, log_config=None)

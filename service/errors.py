@@ -127,6 +127,18 @@ class RequestTimeout(ServiceError):
     status, code = 504, "timeout"
 
 
+class SlowRequest(ServiceError):
+    """A connection that did not deliver a whole request in time (service.http); answered by the server itself."""
+
+    status, code = 408, "request_read_timeout"
+
+
+class HeadersTooLarge(ServiceError):
+    """A request line and headers over their limit (service.http); answered by the server itself."""
+
+    status, code = 431, "headers_too_large"
+
+
 class ClientClosed(ServiceError):
     """The client closed its connection before its answer (nginx's 499): nobody reads this one, but the request
     metrics count it."""

@@ -1,29 +1,47 @@
-"""uvicorn's HTTP protocol with a deadline for receiving each request whole, headers and body.
+"""uvicorn's HTTP protocol with limits on receiving each request: a deadline for the whole request, headers and
+body, and a most size for its request line and headers.
 
 uvicorn times only the idle time between two requests of a connection (timeout_keep_alive), and resets it on every
 byte: a client that connects and sends nothing, or sends its headers a byte at a time (Slowloris), holds its
-connection, and a file descriptor, for as long as it likes, and a few thousand such clients hold them all. ASGI
-middleware cannot help: it runs once the headers are in. Here each connection must deliver each request within
-the deadline, from its first byte (or from connecting); the answer's time is the request's own
-(ServiceSettings.request_timeout_s)."""
+connection, and a file descriptor, for as long as it likes. Nor does it bound a request's headers: one connection
+sending header lines without end grew the server by 4 GiB in 20 s. ASGI middleware cannot help with either: it
+runs once the headers are in. Both are answered here, in the service's error shape, and the connection closed."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from http import HTTPStatus
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.api.handlers import error_response
+from service.errors import HeadersTooLarge, ServiceError, SlowRequest
+from service.settings import ServiceSettings
+
 log = logging.getLogger("service")
-TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
-class DeadlineProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol that closes a connection whose request is not all in within read_timeout_s seconds of
-    its first byte, or of connecting (408 when no part of the request reached the app)."""
+def raw_answer(e: ServiceError) -> bytes:
+    """e as a whole HTTP/1.1 response that closes the connection, its body the API's error shape."""
+    body = bytes(error_response(e).body)
+    head = (
+        f"HTTP/1.1 {e.status} {HTTPStatus(e.status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class LimitedProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol that closes a connection whose request is not all in within read_timeout_s seconds of its
+    first byte (or of connecting), or whose request line and headers pass max_head_bytes: with 408 or 431 when no
+    part of the request reached the app, else (a body too slow) closed, which the app reads as a disconnect."""
 
     read_timeout_s = 60.0
+    max_head_bytes = 64 * 1024
     deadline: asyncio.TimerHandle | None = None
+    in_head = True  # the bytes coming in are a request line and headers
+    head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -32,11 +50,30 @@ class DeadlineProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.deadline is None:  # the first bytes of the next request on a kept-alive connection
             self._arm()
+        if self.in_head:
+            end = data.find(b"\r\n\r\n")  # where the head ends, when it ends in this chunk: exactly its size
+            self.head_bytes += len(data) if end < 0 else end + 4
+            if end >= 0 and self.head_bytes > self.max_head_bytes:
+                self._refuse_head()
+                return
         super().data_received(data)
+        # No end in the chunk: the head goes on past it, or its end straddled two chunks, in which case the parser
+        # has ended in_head and nothing is refused.
+        if self.in_head and self.head_bytes > self.max_head_bytes and not self.transport.is_closing():
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        message = f"request line and headers over the limit of {self.max_head_bytes} bytes"
+        self._refuse(HeadersTooLarge(f"{message} (TRANSFORMER_MAX_HEADER_BYTES)"))
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._disarm()
+        self.in_head, self.head_bytes = True, 0  # whatever comes next is the next request's head
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -53,14 +90,18 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def _expired(self) -> None:
         self.deadline = None
-        if self.transport.is_closing():
-            return
-        log.warning("closed a connection that sent no whole request within %g s", self.read_timeout_s)
-        if self.cycle is None or self.cycle.response_complete:  # headers not all in: the app never saw it
-            self.transport.write(TIMED_OUT)
+        if not self.transport.is_closing():
+            message = f"no whole request within {self.read_timeout_s:g} s (TRANSFORMER_REQUEST_READ_TIMEOUT_S)"
+            self._refuse(SlowRequest(message))
+
+    def _refuse(self, e: ServiceError) -> None:
+        log.warning("closed a connection: %s", e.message)
+        if self.in_head:  # the app never saw this request: the answer is ours to give
+            self.transport.write(raw_answer(e))
         self.transport.close()
 
 
-def deadline_protocol(read_timeout_s: float) -> type[DeadlineProtocol]:
-    """DeadlineProtocol with this deadline, as uvicorn's `http` setting takes it (a class)."""
-    return type("DeadlineProtocol", (DeadlineProtocol,), {"read_timeout_s": read_timeout_s})
+def limited_protocol(settings: ServiceSettings) -> type[LimitedProtocol]:
+    """LimitedProtocol with the settings' limits, as uvicorn's `http` setting takes it (a class)."""
+    limits = {"read_timeout_s": settings.request_read_timeout_s, "max_head_bytes": settings.max_header_bytes}
+    return type("LimitedProtocol", (LimitedProtocol,), limits)

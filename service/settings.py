@@ -59,6 +59,7 @@ class ServiceSettings(BaseSettings):
     max_beam_size: int = Field(default=8, ge=1)
     max_queue: int = Field(default=1000, ge=1)  # tasks queued or in flight before 429
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)  # any transfer encoding
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)  # a request line and its headers (service.http)
     # A request's cost: for each text, beam_size x output limit x (source tokens + output limit), the
     # (query, key) pairs its decoder may attend over; it tracks worker time within a factor of about two.
     max_request_cost: int = Field(default=20_000_000, ge=1)  # per /translate, /summarize or /attention

@@ -84,13 +84,13 @@ def serve_demo(models_dir: Path, args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.http import deadline_protocol
+    from service.http import limited_protocol
     from service.logs import configure_logging
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(models_dir=models_dir, host=args.host, port=args.port, redis_url=None)
     configure_logging(settings.log_format, access=False)  # the page is the interface: no line per request
     print(f"open http://{args.host}:{args.port}/ in a browser (Ctrl-C stops)", file=sys.stderr)
-    protocol = deadline_protocol(settings.request_read_timeout_s)
+    protocol = limited_protocol(settings)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, http=protocol)
     return 0

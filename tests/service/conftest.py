@@ -21,7 +21,7 @@ import uvicorn
 
 from service import allocator
 from service.api.app import create_app
-from service.http import deadline_protocol
+from service.http import limited_protocol
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
 
@@ -74,7 +74,7 @@ class Server:
         self.app = create_app(settings)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        protocol = deadline_protocol(settings.request_read_timeout_s)  # as `transformer serve` runs it
+        protocol = limited_protocol(settings)  # as `transformer serve` runs it
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", http=protocol)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

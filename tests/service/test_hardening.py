@@ -143,7 +143,7 @@ def test_chunked_bodies_are_limited_and_keys_checked_before_reading(serve_heavy:
 
 def test_slow_senders_are_cut_off_and_others_served(serve_heavy: Callable[..., Server]) -> None:
     """Slowloris: a connection that says nothing, headers sent a byte at a time, a body that never ends. uvicorn
-    alone kept each open without end; each is closed at the deadline, the first two with a 408."""
+    alone kept each open without end; each is closed at the deadline, the first two with a 408 in the error shape."""
     server = serve_heavy(request_read_timeout_s=1.0)
     silent = socket.create_connection(("127.0.0.1", server.port))
     trickle = socket.create_connection(("127.0.0.1", server.port))
@@ -163,12 +163,36 @@ def test_slow_senders_are_cut_off_and_others_served(serve_heavy: Callable[..., S
         time.sleep(0.05)
     took = time.monotonic() - start
     assert answers["silent"].startswith(b"HTTP/1.1 408") and answers["trickle"].startswith(b"HTTP/1.1 408")
+    assert b'"code":"request_read_timeout"' in answers["silent"], answers
     assert answers["body"] == b"" and 0.9 < took < 5, (answers, took)  # closed: the app saw a disconnect
     with httpx.Client() as client:  # a request in good time, and a decode that outlasts the deadline, are served
         assert client.post(f"{server.url}/translate", json={"q": "kalo mine", "model": "long"}).status_code == 200
         sent = time.monotonic()
         r = client.post(f"{server.url}/translate", json={"q": "kalo " * 100, "model": "slow"}, timeout=60)
         assert r.status_code == 200 and time.monotonic() - sent > 1.0, r.text
+
+
+def test_headers_past_their_limit_get_431_and_memory_stays_bounded(serve_heavy: Callable[..., Server]) -> None:
+    """uvicorn with httptools bounds no request's headers: one connection sending header lines without end grew
+    the server by gigabytes."""
+    server = serve_heavy(max_header_bytes=16 * 1024)
+    r = httpx.post(f"{server.url}/translate", json={"q": "kalo", "model": "long"}, headers={"x-big": "a" * 12_000})
+    assert r.status_code == 200, r.text  # under the limit
+    r = httpx.post(f"{server.url}/translate", json={"q": "kalo", "model": "long"}, headers={"x-big": "a" * 20_000})
+    assert error_of(r, 431)["code"] == "headers_too_large" and "16384 bytes" in r.json()["error"]["message"]
+    before = rss_mib()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+    sent, answer = 0, b""
+    try:
+        while sent < 256 << 20:
+            sock.sendall(b"x-more: y\r\n" * 4096)
+            sent += 11 * 4096
+    except OSError:  # closed by the server: read what it said
+        answer = sock.recv(300)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 431") and sent < 8 << 20, (answer, sent)
+    assert rss_mib() - before < 100
 
 
 def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Callable[..., Server]) -> None:
