@@ -103,6 +103,11 @@ class Document(HTMLParser):
         self.kept_raw: list[str] = []
         self.attributes: list[str] = []  # values to translate, in order
         self.feed(source)
+        if self.cdata_elem is None and self.rawdata.startswith("<!--"):
+            # A comment never closed runs to the end, as browsers read it (HTML's eof-in-comment); the parser would
+            # hand it over as text, and its words would be translated into the page.
+            self.markup(self.rawdata)
+            self.rawdata = ""
         self.close()
         if self.rawdata:  # the content of a <script> or <style> never closed, which the parser holds back
             self.kept_raw.append(self.rawdata)

@@ -157,6 +157,15 @@ def test_a_marked_section_of_any_keyword_is_kept_not_a_crash() -> None:
     assert Document("Kalo <![foo[ mine").texts == ["Kalo <![foo[ mine"]  # never closed: text
 
 
+def test_a_comment_never_closed_runs_to_the_end_and_is_kept() -> None:
+    """<!-- with no --> hides the rest of the page in a browser; its words were translated as text."""
+    d = Document("<p>Kalo ruza</p> <!-- mine. Never shown.")
+    assert d.texts == ["Kalo ruza"]
+    out = render(d, [hypothesis("Kalo ruza", "KALO RUZA", [0, 1])])
+    assert out == "<p>KALO RUZA</p> <!-- mine. Never shown.", out
+    assert Document("<script>x <!-- y").texts == []  # inside a script never closed: kept with it, as before
+
+
 @pytest.mark.parametrize(
     "section", ["<![CDATA[ x < y ]]>", "<![if !IE]>", "<![endif]>", "<![INCLUDE[ mine ]]>", "<![foo[ mine ]]>"]
 )
