@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import UnionType
@@ -172,8 +173,8 @@ def _number(value: Any, key: str, integer: bool) -> int | float:
             raise TrainConfigError(
                 f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}"
             ) from None
-    if not isinstance(value, int | float) or value != value:  # NaN
-        raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+    if not isinstance(value, int | float) or not math.isfinite(value):  # NaN, or infinity (int() raised on it)
+        raise TrainConfigError(f"{key}: expected {'an integer' if integer else 'a finite number'}, got {value!r}")
     if integer:
         if float(value) != int(value):
             raise TrainConfigError(f"{key}: expected an integer, got {value!r}")

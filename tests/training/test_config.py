@@ -82,6 +82,9 @@ def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
         ("betas=0.9", "betas: expected a list, got 0.9"),
         ("batch_tokens=abc", "batch_tokens: expected an integer, got 'abc'"),
         ("batch_tokens=2.5", "batch_tokens: expected an integer, got 2.5"),
+        ("batch_tokens=inf", "batch_tokens: expected an integer, got inf"),  # int(inf) raised OverflowError
+        ("lr_scale=inf", "lr_scale: expected a finite number, got inf"),  # was accepted: NaN losses from step 1
+        ("max_minutes=nan", "max_minutes: expected a finite number, got nan"),
         ("vocab.size=big", "vocab.size: expected an integer, got 'big'"),
         ("data.paths=[a.en]", "data.paths must name two files"),
     ],
