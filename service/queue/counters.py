@@ -3,6 +3,8 @@ every worker), and /metrics shows them under these names, prefixed with transfor
 
 from __future__ import annotations
 
+import time
+
 # A histogram of the texts in each decoding step, over BATCH_BUCKETS: its name and help; its sum is
 # texts_in_steps_total, its count batches_total.
 TEXTS_PER_STEP = ("batch_size", "Texts per decoding step.")
@@ -51,3 +53,29 @@ def step_counts(sentences: int, finished: int, seconds: float) -> dict[str, floa
 def admission_counts(texts: int, seconds: float) -> dict[str, float]:
     """Counter increments for one admission of `texts` texts into a running search."""
     return {"admissions_total": 1.0, "admitted_texts_total": float(texts), "admit_seconds_total": seconds}
+
+
+# A worker sends its step and admission counts at most this often, and with every answer (so that /metrics is
+# current for a client that has its answer), not every step: each send is a round trip to Redis, or a line to the
+# API's process that its Bridge thread wakes for (service.queue.processes), on steps of 1-10 ms.
+COUNTS_EVERY_S = 0.25
+
+
+class PendingCounts:
+    """A worker's counter increments not yet sent to its queue, added up between sends."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, float] = {}
+        self.sent = time.monotonic()
+
+    def add(self, increments: dict[str, float]) -> None:
+        for name, v in increments.items():
+            self.counts[name] = self.counts.get(name, 0.0) + v
+
+    def due(self) -> bool:
+        return bool(self.counts) and time.monotonic() - self.sent >= COUNTS_EVERY_S
+
+    def take(self) -> dict[str, float]:
+        """The counts to send now; none are pending after."""
+        counts, self.counts, self.sent = self.counts, {}, time.monotonic()
+        return counts

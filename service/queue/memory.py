@@ -276,6 +276,10 @@ class MemoryQueue:
     def record_admission(self, texts: int, seconds: float) -> None:
         self._count(admission_counts(texts, seconds))
 
+    def add_counts(self, increments: dict[str, float]) -> None:
+        """Counter increments a worker process added up (service.queue.processes)."""
+        self._count(increments)
+
     def _count(self, increments: dict[str, float]) -> None:
         with self.lock:
             for k, v in increments.items():

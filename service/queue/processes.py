@@ -8,8 +8,10 @@ max_deliveries times fails instead, as with Redis), and a new child takes its pl
 The lines, child to API: {"op": "ready"} once its models are loaded (or "failed", with "error"), then one line per
 WorkerQueue call: "read" (count, block_s) and "unwanted" (ids) are answered with one line ({"jobs": [Job JSON],
 "more": whether jobs are still queued}, {"ids": [...]}); "started", "progress" (done), "finish" (answer), "drop"
-(each naming its "job" by id), "busy", "step" and "admission" are not. Lines are ASCII (json.dumps escapes the
-rest, lone surrogates included).
+(each naming its "job" by id), "busy" and "counts" are not. A child adds up its step and admission counters and
+sends them as "counts" at most every COUNTS_EVERY_S, before it waits for work, and with each "finish" (its
+"counts"), not a line a step (service.queue.counters). Lines are ASCII (json.dumps escapes the rest, lone
+surrogates included).
 
 A busy child does not ask for new jobs on every step of its search (a round trip, ~100 us, on steps of 1-2 ms):
 the API writes a byte on a second pipe, the wake pipe, whenever jobs are queued, and the child asks only when
@@ -32,6 +34,7 @@ import threading
 from typing import IO, Any
 
 from service.queue.contract import Answer, Job
+from service.queue.counters import PendingCounts, admission_counts, step_counts
 from service.queue.memory import MemoryQueue
 from service.settings import ServiceSettings
 
@@ -58,6 +61,7 @@ class PipeQueue:
         self.source, self.sink = source, sink
         self.wake = wake  # the wake pipe's read end, non-blocking; None: ask on every read
         self.more = True  # whether the last read left jobs queued
+        self.counts = PendingCounts()  # step and admission counters not yet sent
 
     def send(self, op: str, **fields: Any) -> None:
         try:
@@ -79,6 +83,8 @@ class PipeQueue:
         woken = self.woken()  # emptied before asking: a job queued after this leaves a byte for the next read
         if block_s <= 0 and not woken and not self.more:
             return []
+        if block_s > 0 and self.counts.counts:  # about to wait for work: what it counted is sent first
+            self.send("counts", counts=self.counts.take())
         reply = self.ask("read", count=count, block_s=block_s)
         self.more = bool(reply["more"])
         return [Job.from_json(j) for j in reply["jobs"]]
@@ -106,7 +112,8 @@ class PipeQueue:
         self.send("progress", job=job.id, done=done)
 
     def finish(self, job: Job, answer: Answer) -> None:
-        self.send("finish", job=job.id, answer=answer.to_dict())
+        """With the counts not yet sent: a client that has its answer finds /metrics counting its steps."""
+        self.send("finish", job=job.id, answer=answer.to_dict(), counts=self.counts.take())
 
     def drop(self, job: Job) -> None:
         self.send("drop", job=job.id)
@@ -115,10 +122,12 @@ class PipeQueue:
         self.send("busy", jobs=jobs, texts=texts)
 
     def record_step(self, sentences: int, finished: int, seconds: float) -> None:
-        self.send("step", sentences=sentences, finished=finished, seconds=seconds)
+        self.counts.add(step_counts(sentences, finished, seconds))
+        if self.counts.due():
+            self.send("counts", counts=self.counts.take())
 
     def record_admission(self, texts: int, seconds: float) -> None:
-        self.send("admission", texts=texts, seconds=seconds)
+        self.counts.add(admission_counts(texts, seconds))
 
 
 def child_main() -> int:
@@ -258,13 +267,11 @@ class Bridge:
             return json.dumps(reply).encode("ascii") + b"\n"
         if op == "unwanted":
             return json.dumps({"ids": sorted(q.unwanted(list(m["ids"])))}).encode("ascii") + b"\n"
+        if op in ("counts", "finish"):
+            q.add_counts({str(k): float(v) for k, v in m["counts"].items()})
         if op == "busy":
             q.busy(int(m["jobs"]), int(m["texts"]))
-        elif op == "step":
-            q.record_step(int(m["sentences"]), int(m["finished"]), float(m["seconds"]))
-        elif op == "admission":
-            q.record_admission(int(m["texts"]), float(m["seconds"]))
-        elif (job := self.held.get(m["job"])) is not None:
+        elif op != "counts" and (job := self.held.get(m["job"])) is not None:
             if op == "started":
                 q.started(job)
             elif op == "progress":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,14 +21,11 @@ from redis.exceptions import ResponseError
 
 from service.queue import scripts
 from service.queue.contract import Answer, Job, JobStatus, QueueUnavailable
-from service.queue.counters import admission_counts, step_counts
+from service.queue.counters import PendingCounts, admission_counts, step_counts
 from service.queue.keys import DOWN, LIVE, Keys, text, ttl
 from service.settings import ServiceSettings
 
 log = logging.getLogger("service")
-# Step counters are sent at most this often, and before every answer (so that /metrics is current for a client
-# that has its answer), not every step: a round trip to Redis, some 5% of a 1-2 ms step of one sentence.
-COUNTS_EVERY_S = 0.25
 
 
 class RedisWorkerQueue:
@@ -55,8 +51,7 @@ class RedisWorkerQueue:
         self.load = (0, 0)
         self.replayed = False
         self.max_result_bytes = settings.max_result_bytes
-        self.counts: dict[str, float] = {}  # step and admission counters not yet sent (record_step)
-        self.counted = time.monotonic()  # when they were last sent
+        self.counts = PendingCounts()  # step and admission counters not yet sent (record_step)
         self.beat_every_s = beat_every_s
         self.stopping = threading.Event()
         self.heart = threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True)
@@ -226,21 +221,17 @@ class RedisWorkerQueue:
         self.load = (jobs, texts)
 
     def record_step(self, sentences: int, finished: int, seconds: float) -> None:
-        self._add_counts(step_counts(sentences, finished, seconds))
-        if time.monotonic() - self.counted >= COUNTS_EVERY_S:
+        self.counts.add(step_counts(sentences, finished, seconds))
+        if self.counts.due():
             with self._redis():
                 self._send_counts()
 
     def record_admission(self, texts: int, seconds: float) -> None:
-        self._add_counts(admission_counts(texts, seconds))
-
-    def _add_counts(self, increments: dict[str, float]) -> None:
-        for name, v in increments.items():
-            self.counts[name] = self.counts.get(name, 0.0) + v
+        self.counts.add(admission_counts(texts, seconds))
 
     def _send_counts(self) -> None:
         """Add the counters not yet sent to Redis's (one round trip; none when there are none)."""
-        counts, self.counts, self.counted = self.counts, {}, time.monotonic()
+        counts = self.counts.take()
         if counts:
             p = self.r.pipeline(transaction=False)
             for name, v in counts.items():

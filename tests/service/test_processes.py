@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,10 @@ import httpx
 import pytest
 
 from model.translator import Translator
-from service.queue.processes import ParentGone, PipeQueue, poke
+from service.queue import counters
+from service.queue.contract import Answer, Job
+from service.queue.memory import MemoryQueue
+from service.queue.processes import Bridge, ParentGone, PipeQueue, poke
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
 from tests.service.conftest import Server, wait_until
@@ -190,3 +194,30 @@ def test_an_allocator_the_machine_lacks_is_reported(models_dir: Path, no_jemallo
         r = httpx.get(f"{server.url}/readyz")
         assert r.status_code == 503 and "apt install libjemalloc2" in r.text, r.text
         assert children(server) == []
+
+
+def test_a_child_sends_its_counters_with_answers_not_a_line_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line a step woke the API's Bridge thread as often as the child stepped; counts now go at most every
+    COUNTS_EVERY_S, and with each answer (a client that has it finds /metrics counting its steps)."""
+    monkeypatch.setattr(counters, "COUNTS_EVERY_S", 60.0)
+    to_api_r, to_api_w = os.pipe()
+    os.set_blocking(to_api_r, False)
+    with open(os.devnull, "rb") as source, open(to_api_w, "wb") as sink:
+        queue = PipeQueue(source, sink)
+        queue.record_admission(texts=1, seconds=0.01)
+        for _ in range(3):
+            queue.record_step(sentences=1, finished=0, seconds=0.01)
+        with pytest.raises(BlockingIOError):
+            os.read(to_api_r, 4096)  # counted, not sent
+        queue.finish(Job("m", ["a"]), Answer(error="stopped"))
+        [finish] = [json.loads(x) for x in os.read(to_api_r, 4096).splitlines()]
+        assert finish["op"] == "finish" and finish["counts"]["batches_total"] == 3
+        assert finish["counts"]["admitted_texts_total"] == 1
+        monkeypatch.setattr(counters, "COUNTS_EVERY_S", 0.0)
+        queue.record_step(sentences=2, finished=1, seconds=0.01)  # past the interval: sent with the step
+        [sent] = [json.loads(x) for x in os.read(to_api_r, 4096).splitlines()]
+        assert sent == {"op": "counts", "counts": {**sent["counts"], "batches_total": 1.0, "texts_decoded_total": 1.0}}
+    os.close(to_api_r)
+    memory = MemoryQueue(ServiceSettings())
+    bridge = Bridge(memory, ServiceSettings(), "w", threading.Event())
+    assert bridge.call("counts", sent) is None and memory.counters["texts_decoded_total"] == 1.0

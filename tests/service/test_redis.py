@@ -23,7 +23,7 @@ import uvicorn
 from model.output import Hypothesis, Output
 from model.translator import Translator
 from service.api.app import create_app
-from service.queue import redis_api, redis_worker, scripts
+from service.queue import counters, redis_api, scripts
 from service.queue.contract import Answer, Job
 from service.queue.keys import Keys
 from service.queue.redis_worker import RedisWorkerQueue
@@ -177,7 +177,7 @@ def test_a_worker_sends_its_counters_at_most_so_often_and_before_every_answer(
 ) -> None:
     """A worker's step and admission counters go to Redis at most every COUNTS_EVERY_S (a round trip on each step
     of 1-2 ms before), but always before an answer: a client that has its answer finds /metrics counting its steps."""
-    monkeypatch.setattr(redis_worker, "COUNTS_EVERY_S", 60.0)
+    monkeypatch.setattr(counters, "COUNTS_EVERY_S", 60.0)
     settings = ServiceSettings(redis_url=redis_server.url)
     worker, stats = RedisWorkerQueue(settings), Keys(settings.queue_prefix).stats
     client = redis_server.client()
@@ -195,7 +195,7 @@ def test_a_worker_sends_its_counters_at_most_so_often_and_before_every_answer(
         worker.finish(job, Answer(error="stopped"))
         sent = {k.decode(): float(v) for k, v in client.hgetall(stats).items()}
         assert sent["batches_total"] == 4 and sent["texts_decoded_total"] == 1 and sent["admitted_texts_total"] == 1
-        monkeypatch.setattr(redis_worker, "COUNTS_EVERY_S", 0.0)
+        monkeypatch.setattr(counters, "COUNTS_EVERY_S", 0.0)
         worker.record_step(sentences=1, finished=0, seconds=0.01)  # past the interval: sent with the step
         assert float(client.hget(stats, "batches_total") or 0) == 5
         await api.close()
