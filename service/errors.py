@@ -72,9 +72,10 @@ class MethodNotAllowed(ServiceError):
 class ModelNotFound(NotFound):
     code = "model_not_found"
 
-    def __init__(self, message: str, available: list[str]) -> None:
+    def __init__(self, message: str, available: list[str], kind: str = "models") -> None:
+        """available: the ids of the models of this kind ("summarization models": those of the task asked for)."""
         shown = ", ".join(available) if available else "none"
-        super().__init__(f"{message}; available models: {shown}", details={"available": available})
+        super().__init__(f"{message}; available {kind}: {shown}", details={"available": available})
 
 
 class PayloadTooLarge(ServiceError):

@@ -195,7 +195,7 @@ class Registry:
         of_task = sorted(m.id for m in self.models.values() if m.task == task)
         if not found:
             langs = f" from {source or 'any'} to {target or 'any'}" if source or target else ""
-            raise ModelNotFound(f"no {task} model{langs}", of_task)
+            raise ModelNotFound(f"no {task} model{langs}", of_task, f"{task} models")  # not "models: none"
         raise InvalidRequest(
             "model",
             f"several {task} models match ({', '.join(sorted(m.id for m in found))}); "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.api.text import decode_cost
+from service.errors import ModelNotFound
 from service.registry import Registry
 from tests.service.test_api import assert_error, ready_client
 
@@ -62,3 +63,12 @@ def test_cost_check_decides_as_the_exact_lengths(models_dir: Path, registry: Reg
                 assert_error(r, 413, "too_costly", "TRANSFORMER_MAX_REQUEST_COST", f"{exact:,}")
         finally:
             client.__exit__(None, None, None)
+
+
+def test_no_model_of_a_task_names_the_task(models_dir: Path, tmp_path: Path) -> None:
+    """With only a translation model, /summarize answered "no summarization model; available models: none"."""
+    (tmp_path / "tiny-en-de").symlink_to(models_dir / "tiny-en-de")
+    with pytest.raises(ModelNotFound, match=r"^no summarization model; available summarization models: none$"):
+        Registry.scan(tmp_path).resolve("summarization", None, None, None)
+    with pytest.raises(ModelNotFound, match=r"^no translation model from en to fr; available translation models: tiny"):
+        Registry.scan(tmp_path).resolve("translation", None, "en", "fr")
