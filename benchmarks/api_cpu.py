@@ -102,14 +102,11 @@ def serve(app: Any, port: int, ours: bool = False) -> None:
     uvicorn's own."""
     import uvicorn
 
-    if ours:
-        from service.http import limited_protocol
-        from service.settings import ServiceSettings
+    from service.http import limited_protocol
+    from service.settings import ServiceSettings
 
-        protocol = limited_protocol(ServiceSettings())
-        uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, http=protocol)
-    else:
-        uvicorn.run(app, host="127.0.0.1", port=port, log_config=None)
+    http = limited_protocol(ServiceSettings()) if ours else "auto"  # "auto": uvicorn's default
+    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, http=http)
 
 
 async def asgi_post(app: Any, text: str) -> None:

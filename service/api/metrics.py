@@ -19,16 +19,14 @@ class RequestMetrics:
         self.lock = threading.Lock()
         self.count: dict[tuple[str, int], int] = defaultdict(int)
         # Requests per latency bucket, not yet cumulative (render sums them): one count a request. The last
-        # counts those over the largest bound.
+        # counts those over the largest bound, so a route's total is their sum.
         self.buckets: dict[str, list[int]] = defaultdict(lambda: [0] * (len(LATENCY_BUCKETS) + 1))
         self.sum: dict[str, float] = defaultdict(float)
-        self.n: dict[str, int] = defaultdict(int)
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         with self.lock:
             self.count[(route, status)] += 1
             self.sum[route] += seconds
-            self.n[route] += 1
             self.buckets[route][bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bound >= seconds
 
     def render(self) -> list[str]:
@@ -45,12 +43,13 @@ class RequestMetrics:
                 "# HELP transformer_request_seconds Request latency by route.",
                 "# TYPE transformer_request_seconds histogram",
             ]
-            for route in sorted(self.n):
-                for b, c in zip(LATENCY_BUCKETS, accumulate(self.buckets[route]), strict=False):
+            for route in sorted(self.buckets):
+                *within, total = accumulate(self.buckets[route])  # cumulative counts; the last is every request
+                for b, c in zip(LATENCY_BUCKETS, within, strict=True):
                     out.append(f'transformer_request_seconds_bucket{{route="{route}",le="{b}"}} {c}')
-                out.append(f'transformer_request_seconds_bucket{{route="{route}",le="+Inf"}} {self.n[route]}')
+                out.append(f'transformer_request_seconds_bucket{{route="{route}",le="+Inf"}} {total}')
                 out.append(f'transformer_request_seconds_sum{{route="{route}"}} {self.sum[route]:.6f}')
-                out.append(f'transformer_request_seconds_count{{route="{route}"}} {self.n[route]}')
+                out.append(f'transformer_request_seconds_count{{route="{route}"}} {total}')
         return out
 
 
