@@ -15,21 +15,29 @@ from http import HTTPStatus
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.api.envelope import CSP, HEADERS
 from service.api.handlers import error_response
 from service.errors import HeadersTooLarge, ServiceError, SlowRequest
+from service.logs import REQUEST_ID, request_id
 from service.settings import ServiceSettings
 
 log = logging.getLogger("service")
 
 
-def raw_answer(e: ServiceError) -> bytes:
-    """e as a whole HTTP/1.1 response that closes the connection, its body the API's error shape."""
+def raw_answer(e: ServiceError, rid: str) -> bytes:
+    """e as a whole HTTP/1.1 response that closes the connection, its body the API's error shape, with the headers
+    every answer of the app carries (service.api.envelope) and request id rid."""
     body = bytes(error_response(e).body)
-    head = (
-        f"HTTP/1.1 {e.status} {HTTPStatus(e.status).phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"content-security-policy", CSP),
+        *HEADERS,
+        (b"x-request-id", rid.encode()),
+    ]
+    status = f"HTTP/1.1 {e.status} {HTTPStatus(e.status).phrase}\r\n".encode("latin-1")
+    return status + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n" + body
 
 
 class LimitedProtocol(HttpToolsProtocol):
@@ -95,9 +103,12 @@ class LimitedProtocol(HttpToolsProtocol):
             self._refuse(SlowRequest(message))
 
     def _refuse(self, e: ServiceError) -> None:
+        rid = request_id(None)  # the client's id is in headers that were not read, or not all
+        token = REQUEST_ID.set(rid)
         log.warning("closed a connection: %s", e.message)
+        REQUEST_ID.reset(token)
         if self.in_head:  # the app never saw this request: the answer is ours to give
-            self.transport.write(raw_answer(e))
+            self.transport.write(raw_answer(e, rid))
         self.transport.close()
 
 

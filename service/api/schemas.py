@@ -7,7 +7,8 @@ import dataclasses
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic_core import PydanticCustomError
 
 from model import output
 from model.checkpoint import Task
@@ -45,6 +46,17 @@ TextOrTexts = Annotated[
 ]
 
 
+def _not_bool(value: object) -> object:
+    """true and false are not numbers, though pydantic reads them as 1 and 0 (a beam size of `true`)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer, not true or false")
+    return value
+
+
+# A request's whole number: an integer, a float with no fraction or a string of one (form bodies), not a bool.
+Count = Annotated[int, BeforeValidator(_not_bool)]
+
+
 class Strict(BaseModel):
     """A request's body: unknown fields refused, and numbers finite (Python's JSON reader takes NaN and Infinity,
     which would otherwise fail a bound with a message that misleads: NaN is not above 10)."""
@@ -56,21 +68,23 @@ class DecodeOptions(Strict):
     """Beam search options: model.config.DecodingConfig's. One a request does not give is the model's own
     (its recipe's, GET /models), else the paper's (§6.1), shown as each field's default."""
 
-    beam_size: int = Field(DEFAULT.beam_size, ge=1, description="beams per input; 1 is greedy decoding")
-    n_best: int = Field(DEFAULT.n_best, ge=1, description="hypotheses returned per input (at most beam_size)")
+    beam_size: Count = Field(DEFAULT.beam_size, ge=1, description="beams per input; 1 is greedy decoding")
+    n_best: Count = Field(DEFAULT.n_best, ge=1, description="hypotheses returned per input (at most beam_size)")
     length_penalty: float = Field(DEFAULT.length_penalty, ge=0.0, le=10.0, description="alpha of the length penalty")
     length_penalty_form: LengthPenalty = Field(
         DEFAULT.length_penalty_form,
         description="gnmt: ((5+|Y|)/6)^alpha as in the paper; average: |Y|^alpha as in fairseq",
     )
-    max_length: int | None = Field(
+    max_length: Count | None = Field(
         None,
         ge=1,
         le=4096,
         description=(f"most output tokens; default: {DEFAULT.max_len_a:g} x input length + {DEFAULT.max_len_b}"),
     )
-    min_length: int = Field(DEFAULT.min_length, ge=0, le=4096, description="EOS is not allowed before this many tokens")
-    no_repeat_ngram_size: int = Field(
+    min_length: Count = Field(
+        DEFAULT.min_length, ge=0, le=4096, description="EOS is not allowed before this many tokens"
+    )
+    no_repeat_ngram_size: Count = Field(
         DEFAULT.no_repeat_ngram_size, ge=0, le=16, description="forbid repeating n-grams of this size"
     )
     early_stopping: bool = Field(
@@ -106,7 +120,7 @@ class TextRequest(DecodeOptions):
     format: Literal["text", "html"] = Field(
         "text", description="html: the text between tags is translated and the markup kept"
     )
-    alternatives: int = Field(
+    alternatives: Count = Field(
         0,
         ge=0,
         le=MOST_ALTERNATIVES,
@@ -126,7 +140,7 @@ SUMMARY_LENGTHS = {"short": (3, 16), "medium": (8, 32), "long": (16, 64)}
 class SummarizeRequest(TextRequest):
     length: (
         Literal["short", "medium", "long"]
-        | Annotated[list[Annotated[int, Field(ge=0, le=4096)]], Field(min_length=2, max_length=2)]
+        | Annotated[list[Annotated[Count, Field(ge=0, le=4096)]], Field(min_length=2, max_length=2)]
         | None
     ) = Field(
         None,
@@ -304,12 +318,12 @@ class AttentionRequest(DecodeOptions):
     model: Name | None = None
     source: Name | None = None
     target: Name | None = None
-    hypothesis: int = Field(
+    hypothesis: Count = Field(
         0,
         ge=0,
         description="whose attention: the n-best list's hypothesis of this index (0, the best; less than n_best)",
     )
-    sentence: int = Field(
+    sentence: Count = Field(
         0,
         ge=0,
         le=MOST_CHARS,
@@ -321,10 +335,10 @@ class AttentionRequest(DecodeOptions):
         max_length=len(ATTENTION_KINDS),
         description="which attention maps to return",
     )
-    layers: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
+    layers: list[Annotated[Count, Field(ge=0, le=1000)]] | None = Field(
         None, min_length=1, max_length=1000, description="layer indices (from 0) to return; default: all"
     )
-    heads: list[Annotated[int, Field(ge=0, le=1000)]] | None = Field(
+    heads: list[Annotated[Count, Field(ge=0, le=1000)]] | None = Field(
         None, min_length=1, max_length=1000, description="head indices (from 0) to return; default: all"
     )
 

@@ -159,11 +159,12 @@ def test_slow_senders_are_cut_off_and_others_served(serve_heavy: Callable[..., S
         trickle.send(b"x")  # every 50 ms, as long as it is open (a byte resets uvicorn's own timer)
         for name, sock in (("silent", silent), ("trickle", trickle), ("body", body)):
             if name not in answers and select.select([sock], [], [], 0)[0]:
-                answers[name] = sock.recv(200)
+                answers[name] = sock.recv(4096)
         time.sleep(0.05)
     took = time.monotonic() - start
     assert answers["silent"].startswith(b"HTTP/1.1 408") and answers["trickle"].startswith(b"HTTP/1.1 408")
     assert b'"code":"request_read_timeout"' in answers["silent"], answers
+    assert b"x-content-type-options: nosniff\r\n" in answers["silent"] and b"x-request-id: " in answers["silent"]
     assert answers["body"] == b"" and 0.9 < took < 5, (answers, took)  # closed: the app saw a disconnect
     with httpx.Client() as client:  # a request in good time, and a decode that outlasts the deadline, are served
         assert client.post(f"{server.url}/translate", json={"q": "kalo mine", "model": "long"}).status_code == 200
@@ -180,6 +181,9 @@ def test_headers_past_their_limit_get_431_and_memory_stays_bounded(serve_heavy: 
     assert r.status_code == 200, r.text  # under the limit
     r = httpx.post(f"{server.url}/translate", json={"q": "kalo", "model": "long"}, headers={"x-big": "a" * 20_000})
     assert error_of(r, 431)["code"] == "headers_too_large" and "16384 bytes" in r.json()["error"]["message"]
+    # what every answer of the app carries, though the app never saw this request
+    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    assert len(r.headers["x-request-id"]) == 32 and "frame-ancestors" in r.headers["content-security-policy"]
     before = rss_mib()
     sock = socket.create_connection(("127.0.0.1", server.port))
     sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n")
@@ -328,6 +332,25 @@ def test_nan_and_infinity_are_refused_as_not_finite(serve_heavy: Callable[..., S
     r = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"content-type": "application/json"})
     err = error_of(r, 422)
     assert err["details"] == [{"field": "length_penalty", "message": "Input should be a finite number"}], err
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/translate", '{"q": "ok", "beam_size": true}', "beam_size"),
+        ("/translate", '{"q": "ok", "alternatives": false}', "alternatives"),
+        ("/jobs", '{"texts": ["ok"], "max_length": true}', "max_length"),
+        ("/attention", '{"q": "ok", "layers": [0, true]}', "layers.1"),
+    ],
+)
+def test_true_and_false_are_not_counts(serve_heavy: Callable[..., Server], path: str, body: str, field: str) -> None:
+    """pydantic reads true as 1: a beam size of true decoded greedily."""
+    server = serve_heavy()
+    r = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"content-type": "application/json"})
+    err = error_of(r, 422)
+    assert err["details"] == [{"field": field, "message": "Input should be a valid integer, not true or false"}], err
+    r = httpx.post(f"{server.url}/translate", json={"q": "ok", "model": "long", "beam_size": 2.0, "alternatives": "1"})
+    assert r.status_code == 200, r.text  # whole numbers as a float or a string (form bodies) are still read
 
 
 # -- 8. ownership, rate limits, failed keys -----------------------------------------------------------------
