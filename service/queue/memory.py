@@ -48,6 +48,31 @@ class Bucket:
         return Bucket(tokens, now), (1.0 - tokens) / rate
 
 
+class Wakeups:
+    """The answered requests' events, set on their event loops from the workers' threads: one
+    call_soon_threadsafe for each burst of answers rather than each answer. Each call writes to the loop's
+    self-pipe, a system call that lets go of the GIL, and the loop wakes once for the burst."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock  # the queue's: add is called holding it
+        self.pending: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        """Set event on loop soon (the caller holds the lock)."""
+        events = self.pending.get(loop)
+        if events is not None:  # a call is on its way: it sets this one too
+            events.append(event)
+            return
+        self.pending[loop] = [event]
+        loop.call_soon_threadsafe(self._set, loop)
+
+    def _set(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self.lock:
+            events = self.pending.pop(loop, [])
+        for event in events:
+            event.set()
+
+
 class MemoryQueue:
     """Both sides of the queue (ApiQueue, WorkerQueue) in one process."""
 
@@ -64,6 +89,7 @@ class MemoryQueue:
         self.readers = 1  # the workers reading: a read takes its share of what is queued
         self.buckets: dict[str, Bucket] = {}
         self.wakers: dict[str, Callable[[], None]] = {}  # called whenever jobs are queued (worker processes' Bridges)
+        self.wakeups = Wakeups(self.lock)
 
     # -- the API's side (ApiQueue) ---------------------------------------------------------------
 
@@ -262,7 +288,7 @@ class MemoryQueue:
         entry.done = len(answer.outputs)
         self._end(entry, JobStatus.failed if answer.error else JobStatus.done)
         for loop, event in entry.events:
-            loop.call_soon_threadsafe(event.set)
+            self.wakeups.add(loop, event)
 
     def drop(self, job: Job) -> None:
         return None  # an unwanted job has ended already

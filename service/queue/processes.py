@@ -8,10 +8,12 @@ max_deliveries times fails instead, as with Redis), and a new child takes its pl
 The lines, child to API: {"op": "ready"} once its models are loaded (or "failed", with "error"), then one line per
 WorkerQueue call: "read" (count, block_s) and "unwanted" (ids) are answered with one line ({"jobs": [Job JSON],
 "more": whether jobs are still queued}, {"ids": [...]}); "started", "progress" (done), "finish" (answer), "drop"
-(each naming its "job" by id), "busy" and "counts" are not. A child adds up its step and admission counters and
-sends them as "counts" at most every COUNTS_EVERY_S, before it waits for work, and with each "finish" (its
-"counts"), not a line a step (service.queue.counters). Lines are ASCII (json.dumps escapes the rest, lone
-surrogates included).
+(each naming its "job" by id) and "counts" are not. A child adds up its step and admission counters and sends them
+as "counts" at most every COUNTS_EVERY_S, before it waits for work, and with each "finish" (its "counts"), not a
+line a step (service.queue.counters); what it holds (WorkerQueue.busy) goes with them as "busy" ([jobs, texts]),
+when it changed, as a Redis worker sends it with its heartbeat. "started" is sent for background jobs only: a
+request's job is only waited for, and nobody reads whether it is queued or running. Lines are ASCII (json.dumps
+escapes the rest, lone surrogates included).
 
 A busy child does not ask for new jobs on every step of its search (a round trip, ~100 us, on steps of 1-2 ms):
 the API writes a byte on a second pipe, the wake pipe, whenever jobs are queued, and the child asks only when
@@ -62,6 +64,7 @@ class PipeQueue:
         self.wake = wake  # the wake pipe's read end, non-blocking; None: ask on every read
         self.more = True  # whether the last read left jobs queued
         self.counts = PendingCounts()  # step and admission counters not yet sent
+        self.load = self.load_sent = (0, 0)  # what the worker holds (busy), and what the API was last told
 
     def send(self, op: str, **fields: Any) -> None:
         try:
@@ -83,8 +86,8 @@ class PipeQueue:
         woken = self.woken()  # emptied before asking: a job queued after this leaves a byte for the next read
         if block_s <= 0 and not woken and not self.more:
             return []
-        if block_s > 0 and self.counts.counts:  # about to wait for work: what it counted is sent first
-            self.send("counts", counts=self.counts.take())
+        if block_s > 0 and (self.counts.counts or self.load != self.load_sent):  # about to wait: counts sent first
+            self.send_counts()
         reply = self.ask("read", count=count, block_s=block_s)
         self.more = bool(reply["more"])
         return [Job.from_json(j) for j in reply["jobs"]]
@@ -106,28 +109,39 @@ class PipeQueue:
         return set(self.ask("unwanted", ids=job_ids)["ids"]) if job_ids else set()
 
     def started(self, job: Job) -> None:
-        self.send("started", job=job.id)
+        if job.background:  # GET /jobs shows it running
+            self.send("started", job=job.id)
 
     def progress(self, job: Job, done: int) -> None:
         self.send("progress", job=job.id, done=done)
 
     def finish(self, job: Job, answer: Answer) -> None:
         """With the counts not yet sent: a client that has its answer finds /metrics counting its steps."""
-        self.send("finish", job=job.id, answer=answer.to_dict(), counts=self.counts.take())
+        self.send("finish", job=job.id, answer=answer.to_dict(), counts=self.counts.take(), **self.load_changed())
 
     def drop(self, job: Job) -> None:
         self.send("drop", job=job.id)
 
     def busy(self, jobs: int, texts: int) -> None:
-        self.send("busy", jobs=jobs, texts=texts)
+        self.load = (jobs, texts)  # sent with the counts
 
     def record_step(self, sentences: int, finished: int, seconds: float) -> None:
         self.counts.add(step_counts(sentences, finished, seconds))
         if self.counts.due():
-            self.send("counts", counts=self.counts.take())
+            self.send_counts()
 
     def record_admission(self, texts: int, seconds: float) -> None:
         self.counts.add(admission_counts(texts, seconds))
+
+    def send_counts(self) -> None:
+        self.send("counts", counts=self.counts.take(), **self.load_changed())
+
+    def load_changed(self) -> dict[str, list[int]]:
+        """{"busy": [jobs, texts]} when the load changed since the API was last told, else {}."""
+        if self.load == self.load_sent:
+            return {}
+        self.load_sent = self.load
+        return {"busy": list(self.load)}
 
 
 def child_main() -> int:
@@ -269,9 +283,9 @@ class Bridge:
             return json.dumps({"ids": sorted(q.unwanted(list(m["ids"])))}).encode("ascii") + b"\n"
         if op in ("counts", "finish"):
             q.add_counts({str(k): float(v) for k, v in m["counts"].items()})
-        if op == "busy":
-            q.busy(int(m["jobs"]), int(m["texts"]))
-        elif op != "counts" and (job := self.held.get(m["job"])) is not None:
+            if "busy" in m:
+                q.busy(int(m["busy"][0]), int(m["busy"][1]))
+        if op != "counts" and (job := self.held.get(m["job"])) is not None:
             if op == "started":
                 q.started(job)
             elif op == "progress":

@@ -169,6 +169,51 @@ def test_a_busy_child_asks_for_jobs_only_when_woken_or_told_more_wait() -> None:
     os.close(to_api_r)
 
 
+def test_a_child_sends_its_load_with_its_counts_and_started_for_background_jobs_only() -> None:
+    """The lines a child writes for WorkerQueue.busy and .started: its load rides on its counts, its answers and
+    its last line before it waits for work, when it changed; a request's job is not reported started."""
+    to_api_r, to_api_w = os.pipe()
+    os.set_blocking(to_api_r, False)
+    with open(os.devnull, "rb") as source, open(to_api_w, "wb") as sink:
+        queue = PipeQueue(source, sink)
+
+        def sent() -> list[dict[str, object]]:
+            try:
+                raw = os.read(to_api_r, 65536)
+            except BlockingIOError:
+                return []
+            return [json.loads(line) for line in raw.splitlines()]
+
+        request, background = Job("m", ["a"]), Job("m", ["b"], background=True)
+        queue.started(request)
+        queue.busy(1, 1)
+        assert sent() == []  # neither is a line of its own
+        queue.started(background)
+        assert sent() == [{"op": "started", "job": background.id}]
+        queue.finish(request, Answer(error="x"))
+        [finish] = sent()
+        assert finish["op"] == "finish" and finish["busy"] == [1, 1]
+        queue.busy(0, 0)
+        queue.record_step(1, 0, 0.01)
+        queue.counts.sent -= counters.COUNTS_EVERY_S  # the counts are due
+        queue.record_step(1, 0, 0.01)
+        [counts] = sent()
+        assert counts["op"] == "counts" and counts["busy"] == [0, 0] and counts["counts"]["batches_total"] == 2.0
+        queue.finish(background, Answer(error="x"))
+        assert "busy" not in sent()[0]  # unchanged since
+    os.close(to_api_r)
+
+
+def test_a_bridge_reads_the_load_a_child_sends_with_its_lines() -> None:
+    memory = MemoryQueue(ServiceSettings(rate_limit=0))
+    bridge = Bridge(memory, ServiceSettings(), "w0", threading.Event())
+    bridge.call("counts", {"op": "counts", "counts": {}, "busy": [2, 5]})
+    assert asyncio.run(memory.stats())["in_flight_texts"] == 5.0
+    bridge.call("counts", {"op": "counts", "counts": {"batches_total": 1.0}})
+    stats = asyncio.run(memory.stats())
+    assert stats["in_flight_jobs"] == 2.0 and stats["batches_total"] == 1.0
+
+
 def test_requests_join_a_busy_worker_process_search(serve: Callable[..., Server], models_dir: Path) -> None:
     """Requests posted while a large job keeps the one child's search busy are read (it is woken), answered as
     the translator alone would, and answered before the job ends."""

@@ -8,6 +8,7 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,6 +121,40 @@ def test_memory_queue_forgets_answered_requests_and_keeps_ended_jobs_for_their_t
         assert await queue.info(second.id, None) is not None  # still running: never expires
 
     asyncio.run(go())
+
+
+def test_a_burst_of_answers_wakes_the_event_loop_once() -> None:
+    """Each answer set its waiter's event with a call_soon_threadsafe of its own: a write to the loop's self-pipe,
+    which lets go of the GIL. A worker thread that answers five jobs in a row now wakes the loop once, and every
+    waiter gets its own answer."""
+    queue = MemoryQueue(ServiceSettings())
+    jobs = [Job("m", [f"text {i}"]) for i in range(5)]
+
+    async def go() -> tuple[list[Answer], int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        plain = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return plain(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        for job in jobs:
+            await queue.submit(job)
+        waiting = [asyncio.create_task(queue.wait(job.id, 10.0)) for job in jobs]
+        await asyncio.sleep(0)  # each waiter has registered its event
+        worker = threading.Thread(
+            target=lambda: [queue.finish(j, Answer(error=j.texts[0])) for j in queue.read(5, 0.0)]
+        )
+        worker.start()
+        worker.join()  # the loop is held here: every answer comes before it can run
+        answers = await asyncio.gather(*waiting)
+        return answers, calls
+
+    answers, calls = asyncio.run(go())
+    assert [a.error for a in answers] == [f"text {i}" for i in range(5)] and calls == 1
 
 
 def test_under_load_texts_join_several_at_a_time_not_one_per_freed_row(models_dir: Path) -> None:
