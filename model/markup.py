@@ -103,6 +103,14 @@ class Document(HTMLParser):
         self.kept_raw: list[str] = []
         self.attributes: list[str] = []  # values to translate, in order
         self.feed(source)
+        while self.cdata_elem is None and self.rawdata.startswith("<!["):
+            # A marked section never closed is, as browsers read it, a bogus comment that ends at the first ">" (or
+            # the end; HTML's bogus comment state); the parser would hand it, and all after it, over as text.
+            end = self.rawdata.find(">") + 1 or len(self.rawdata)
+            section, rest = self.rawdata[:end], self.rawdata[end:]
+            self.rawdata = ""
+            self.markup(section)
+            self.feed(rest)
         if self.cdata_elem is None and self.rawdata.startswith("<!--"):
             # A comment never closed runs to the end, as browsers read it (HTML's eof-in-comment); the parser would
             # hand it over as text, and its words would be translated into the page.

@@ -63,8 +63,8 @@ class Wakeups:
         if events is not None:  # a call is on its way: it sets this one too
             events.append(event)
             return
-        self.pending[loop] = [event]
-        loop.call_soon_threadsafe(self._set, loop)
+        loop.call_soon_threadsafe(self._set, loop)  # raises on a closed loop: then nothing is left pending
+        self.pending[loop] = [event]  # before _set reads it: that takes the lock, which the caller holds
 
     def _set(self, loop: asyncio.AbstractEventLoop) -> None:
         with self.lock:

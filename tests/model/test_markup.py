@@ -154,7 +154,16 @@ def test_a_marked_section_of_any_keyword_is_kept_not_a_crash() -> None:
     assert d.texts == ["Kalo  ruza"]
     out = render(d, [hypothesis("Kalo  ruza", "KALO RUZA", [0, 1])])
     assert out.startswith("<p>KALO ") and out.endswith(" RUZA</p>") and out.count("<![foo[ mine ]]>") == 1
-    assert Document("Kalo <![foo[ mine").texts == ["Kalo <![foo[ mine"]  # never closed: text
+
+
+def test_a_marked_section_never_closed_is_kept_to_its_first_angle_bracket() -> None:
+    """As browsers read it (a bogus comment, to the first ">" or the end); its words were translated as text."""
+    assert Document("Kalo <![foo[ mine").texts == ["Kalo "]
+    d = Document("<p>Kalo <![foo[ mine <b>ruza</b> lepa</p>")
+    assert d.texts == ["Kalo ruza lepa"], d.texts
+    out = render(d, [hypothesis("Kalo ruza lepa", "KALO RUZA LEPA", [0, 1, 2])])
+    assert out.count("<![foo[ mine <b>") == 1 and "RUZA" in out and "mine" not in out.replace("<![foo[ mine", ""), out
+    assert Document("<![a[ x > <![b[ y").texts == []  # one after another, each kept
 
 
 def test_a_comment_never_closed_runs_to_the_end_and_is_kept() -> None:
