@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import unicodedata
 from pathlib import PurePath
 from typing import Annotated
 from urllib.parse import quote
@@ -27,6 +28,12 @@ router = APIRouter(responses=ERRORS, tags=["files"])
 SAMPLE_CHARS = 2000  # of a file's text, for source "auto" (its language is told from its start)
 POLL_S = 0.25  # how often a download waiting for its job looks at it
 UNSAFE = re.compile(r'[^\x20-\x7e]|["\\]')  # what a quoted filename in Content-Disposition cannot hold
+
+
+def shown_name(name: str) -> str:
+    """A file's name without control and format characters (Unicode's Cc and Cf): a right-to-left override
+    would show "report\u202etxt.exe" as "reportexe.txt" where the name is shown and downloaded."""
+    return "".join(c for c in name if unicodedata.category(c) not in ("Cc", "Cf"))
 
 
 def read_checked(name: str, data: bytes, limits: FileLimits) -> FileText:
@@ -74,7 +81,7 @@ async def translate_file(
     files = len((await request.form()).getlist("file"))  # the form FastAPI read (cached): it kept the last
     if files > 1:
         raise InvalidRequest("file", f"{files} files in one request: send one file per request")
-    name = PurePath(file.filename or "").name
+    name = shown_name(PurePath(file.filename or "").name)
     if not name:
         raise InvalidRequest("file", "the file part has no filename: name it, since its extension tells its format")
     data = await file.read()

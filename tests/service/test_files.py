@@ -75,6 +75,17 @@ def test_a_text_file_runs_as_a_job_and_comes_back_once_with_its_lines(
     assert_error(client.get(f"/jobs/{job['id']}"), 404, "not_found")  # its results went with it
 
 
+def test_a_file_name_loses_its_directories_and_its_control_and_direction_characters(client: TestClient) -> None:
+    """A right-to-left override shows "report\u202etxt.md" as "reportdm.txt"; a path's directories are not ours."""
+    r = upload(client, "../../etc/re\u202eport\u200b\x7f.txt", b"kalo mine")
+    assert r.status_code == 202, r.text
+    job = finished(client, r.json())
+    assert job["file"] == "report.txt", job
+    got = client.get(f"/download_file/{job['id']}")
+    assert 'filename="report.txt"' in got.headers["content-disposition"], got.headers
+    assert_error(upload(client, "\u202e\u200e", b"kalo mine"), 422, "invalid_request")  # nothing left: no name
+
+
 def test_a_download_asked_for_at_once_waits_for_its_job(client: TestClient) -> None:
     """LibreTranslate's clients fetch translatedFileUrl as soon as they have it."""
     r = upload(client, "a.srt", b"1\n00:00:01,000 --> 00:00:02,500\nHello there,\nmy friend.\n")
