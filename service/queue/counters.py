@@ -72,8 +72,13 @@ class PendingCounts:
         for name, v in increments.items():
             self.counts[name] = self.counts.get(name, 0.0) + v
 
+    def pending(self) -> bool:
+        """Whether some increment waits to be sent."""
+        return bool(self.counts)
+
     def due(self) -> bool:
-        return bool(self.counts) and time.monotonic() - self.sent >= COUNTS_EVERY_S
+        """Whether the pending increments are to be sent now: COUNTS_EVERY_S after the last send."""
+        return self.pending() and time.monotonic() - self.sent >= COUNTS_EVERY_S
 
     def take(self) -> dict[str, float]:
         """The counts to send now; none are pending after."""

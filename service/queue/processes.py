@@ -86,7 +86,7 @@ class PipeQueue:
         woken = self.woken()  # emptied before asking: a job queued after this leaves a byte for the next read
         if block_s <= 0 and not woken and not self.more:
             return []
-        if block_s > 0 and (self.counts.counts or self.load != self.load_sent):  # about to wait: counts sent first
+        if block_s > 0 and (self.counts.pending() or self.load != self.load_sent):  # about to wait: counts sent first
             self.send_counts()
         reply = self.ask("read", count=count, block_s=block_s)
         self.more = bool(reply["more"])
