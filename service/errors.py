@@ -82,6 +82,12 @@ class PayloadTooLarge(ServiceError):
     status, code = 413, "payload_too_large"
 
 
+class UnsupportedMediaType(ServiceError):
+    """A body in a Content-Type or Content-Encoding its path does not read (service.api.body.media_error)."""
+
+    status, code = 415, "unsupported_media_type"
+
+
 class TooCostly(ServiceError):
     """A request over one of the cost limits (TRANSFORMER_MAX_REQUEST_COST and the like)."""
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from http import HTTPStatus
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.api.envelope import CSP, HEADERS
 from service.api.handlers import error_response
-from service.errors import HeadersTooLarge, ServiceError, SlowRequest
+from service.errors import BadRequest, HeadersTooLarge, ServiceError, SlowRequest
 from service.logs import REQUEST_ID, request_id
 from service.settings import ServiceSettings
 
@@ -72,7 +73,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def _refuse_head(self) -> None:
         message = f"request line and headers over the limit of {self.max_head_bytes} bytes"
-        self._refuse(HeadersTooLarge(f"{message} (TRANSFORMER_MAX_HEADER_BYTES)"))
+        self._refuse(HeadersTooLarge(f"{message} (TRANSFORMER_MAX_HEADER_BYTES)"), answer=True)
 
     def on_headers_complete(self) -> None:
         self.in_head = False
@@ -100,14 +101,23 @@ class LimitedProtocol(HttpToolsProtocol):
         self.deadline = None
         if not self.transport.is_closing():
             message = f"no whole request within {self.read_timeout_s:g} s (TRANSFORMER_REQUEST_READ_TIMEOUT_S)"
-            self._refuse(SlowRequest(message))
+            self._refuse(SlowRequest(message), answer=self.in_head)  # a body too slow: the app reads a disconnect
 
-    def _refuse(self, e: ServiceError) -> None:
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refuses (a request line or header that does not parse, a Content-Length
+        beside a Transfer-Encoding, a bad chunk size): a plain-text "Invalid HTTP request received.". Answered in the
+        service's error shape instead, with the parser's reason: uvicorn calls this while it handles the error."""
+        reason = sys.exc_info()[1]
+        e = BadRequest(f"not a valid HTTP/1.1 request: {str(reason).rstrip('.') if reason else msg}")
+        self._refuse(e, answer=True)  # as uvicorn does, whether or not the app has begun on the request
+
+    def _refuse(self, e: ServiceError, answer: bool) -> None:
+        """Log e and close the connection, answering e first if answer (when the app has not begun to answer)."""
         rid = request_id(None)  # the client's id is in headers that were not read, or not all
         token = REQUEST_ID.set(rid)
         log.warning("closed a connection: %s", e.message)
         REQUEST_ID.reset(token)
-        if self.in_head:  # the app never saw this request: the answer is ours to give
+        if answer:
             self.transport.write(raw_answer(e, rid))
         self.transport.close()
 

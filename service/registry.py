@@ -193,6 +193,9 @@ class Registry:
         if len(found) == 1:
             return found[0]
         of_task = sorted(m.id for m in self.models.values() if m.task == task)
+        if not found and task == "translation" and source is not None and source == target:  # a request to fix
+            same = f"the same language as source ({source}): no {task} model here takes {source} to {source}"
+            raise InvalidRequest("target", same)
         if not found:
             langs = f" from {source or 'any'} to {target or 'any'}" if source or target else ""
             raise ModelNotFound(f"no {task} model{langs}", of_task, f"{task} models")  # not "models: none"
@@ -205,8 +208,11 @@ class Registry:
     def pivot(self, task: str, source: str, target: str) -> tuple[ModelInfo, str, ModelInfo] | None:
         """Where no model translates source to target: a model from source to some x and one from x to target
         (x = English first, as LibreTranslate and Argos pivot), or None. Models that match ambiguously are passed
-        over, as are pairs that only a multilingual model's defaults would make."""
+        over, as are pairs that only a multilingual model's defaults would make. A language is never pivoted into
+        itself (there and back would answer a paraphrase, not the text)."""
         source, target = self.code(source), self.code(target)
+        if source == target:
+            return None
         for x in sorted(self._between() - {source, target}, key=lambda code: (code != "en", code)):
             try:
                 return self.resolve(task, None, source, x), x, self.resolve(task, None, x, target)

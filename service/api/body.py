@@ -8,7 +8,8 @@ import asyncio
 from starlette.types import Message, Receive, Scope
 
 from service.api.jsonscan import too_many_values
-from service.errors import PayloadTooLarge
+from service.api.libre import FORM, FORM_PATHS, MULTIPART, content_type
+from service.errors import PayloadTooLarge, UnsupportedMediaType
 from service.settings import ServiceSettings
 
 SCAN_FROM_BYTES = 64 * 1024  # smaller bodies parse in a few milliseconds whatever they hold
@@ -29,6 +30,39 @@ def body_limit(path: str, settings: ServiceSettings) -> tuple[int, str]:
     if path in FILE_PATHS:
         return settings.max_file_bytes + FORM_SLACK, "TRANSFORMER_MAX_FILE_BYTES"
     return settings.max_body_bytes, "TRANSFORMER_MAX_BODY_BYTES"
+
+
+JSON_PATHS = frozenset({"/translate", "/summarize", "/detect", "/attention", "/jobs"})  # routes that read JSON
+
+
+def media_error(path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> UnsupportedMediaType | None:
+    """Why a body cannot be read as its path reads bodies, or None: a compressed body (its bytes went on to the
+    JSON parser, which named a byte that is not UTF-8); a JSON body sent as a form (`curl -d` without a
+    Content-Type sends one, and the form's one field was its whole text); or another type (text/plain said
+    "Input should be a valid dictionary")."""
+    if not body:
+        return None
+    encoding = next((v.strip().lower() for k, v in headers if k == b"content-encoding"), b"identity")
+    if encoding not in (b"", b"identity"):
+        shown = encoding.decode("latin-1")
+        return UnsupportedMediaType(f"Content-Encoding {shown!r} is not supported: send the body uncompressed")
+    if path not in JSON_PATHS:
+        return None
+    media = content_type(headers)
+    if media == MULTIPART and path in FORM_PATHS:
+        return None
+    if media == FORM and path in FORM_PATHS:
+        if body.lstrip()[:1] not in (b"{", b"["):
+            return None
+        return UnsupportedMediaType(
+            "the body is JSON but its Content-Type says a form (application/x-www-form-urlencoded, what `curl -d` "
+            "sends unless told otherwise): send it with Content-Type: application/json"
+        )
+    if media == b"application/json" or media.endswith(b"+json"):
+        return None
+    form = " or a form (application/x-www-form-urlencoded or multipart/form-data)" if path in FORM_PATHS else ""
+    sent = repr(media.decode("latin-1")) if media else "a body without a Content-Type"
+    return UnsupportedMediaType(f"{path} reads application/json{form}, not {sent}")
 
 
 async def read_body(scope: Scope, receive: Receive, settings: ServiceSettings) -> bytes:

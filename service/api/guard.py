@@ -1,19 +1,30 @@
 """The ASGI layer every request passes before its route, in this order: the Host check, the API key (before a
 byte of the body is read, unless the key comes in the body as LibreTranslate's clients send it), the body read
-within its limits, and form bodies turned into JSON (LibreTranslate's clients). A request it refuses is answered
-in the one error shape. Plain ASGI: no task or stream per request."""
+within its limits and in a form its path reads (service.api.body.media_error), and form bodies, form-encoded or
+multipart, turned into JSON (LibreTranslate's clients and page). A request it refuses is answered in the one error
+shape. Plain ASGI: no task or stream per request."""
 
 from __future__ import annotations
 
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access import Access, bearer_token
-from service.api.body import FILE_PATHS, announced_length, body_limit, read_body, replay
-from service.api.handlers import error_response
-from service.api.libre import FORM, FORM_PATHS, body_api_key, content_type, form_as_json
-from service.errors import ServiceError
+from service.api.body import FILE_PATHS, announced_length, body_limit, media_error, read_body, replay
+from service.api.handlers import error_response, unparsed_form
+from service.api.libre import (
+    FORM,
+    FORM_PATHS,
+    MULTIPART,
+    as_json,
+    body_api_key,
+    content_type,
+    fields_to_json,
+    form_as_json,
+)
+from service.errors import BadRequest, InvalidRequest, ServiceError
 from service.settings import ServiceSettings
 
 # Without an Authorization header, a body announced (Content-Length) at most this large is read for an api_key
@@ -53,20 +64,26 @@ class Guard:
                 key = await form_api_key(scope, body)
             elif announced_length(headers) <= BODY_KEY_BYTES:
                 body = await read_body(scope, receive, self.settings)  # the key may be its api_key field
-                key = body_api_key(body, content_type(headers))
+                multipart = content_type(headers) == MULTIPART
+                key = await form_api_key(scope, body) if multipart else body_api_key(body, content_type(headers))
         client = scope.get("client")
         scope.setdefault("state", {})["owner"] = await self.access.check(
             path, headers, client[0] if client else "", key
         )
         if body is None:
             body = await read_body(scope, receive, self.settings)
-        if content_type(headers) == FORM and path in FORM_PATHS:
+        unreadable = media_error(path, headers, body)
+        if unreadable is not None:
+            raise unreadable
+        if path in FORM_PATHS and content_type(headers) == FORM:
             body = form_as_json(scope, body)
+        elif path in FORM_PATHS and content_type(headers) == MULTIPART and body:
+            body = await multipart_as_json(scope, body)
         return body
 
 
-async def form_api_key(scope: Scope, body: bytes) -> str:
-    """The api_key field of a multipart form body (LibreTranslate's /translate_file clients), or ''."""
+async def form_fields(scope: Scope, body: bytes) -> list[tuple[str, str | UploadFile]]:
+    """A multipart form body's fields, in order, as Starlette's parser reads them; HTTPException where it cannot."""
     received = False
 
     async def once() -> dict[str, object]:
@@ -76,9 +93,30 @@ async def form_api_key(scope: Scope, body: bytes) -> str:
         received = True
         return {"type": "http.request", "body": body, "more_body": False}
 
+    async with Request(scope, once).form() as form:
+        return form.multi_items()
+
+
+async def form_api_key(scope: Scope, body: bytes) -> str:
+    """The api_key field of a multipart form body (LibreTranslate's page and /translate_file clients), or ''."""
     try:
-        async with Request(scope, once).form() as form:
-            key = form.get("api_key")
+        fields = await form_fields(scope, body)
     except HTTPException:  # not a form we can read: the route answers what is wrong with it
         return ""
+    key = next((value for name, value in fields if name == "api_key"), "")
     return key if isinstance(key, str) else ""
+
+
+async def multipart_as_json(scope: Scope, body: bytes) -> bytes:
+    """A multipart form of text fields (LibreTranslate's page posts a FormData to /translate) as JSON, the scope's
+    Content-Type changed to match; a file in it is refused (files go to /translate_file)."""
+    try:
+        fields = await form_fields(scope, body)
+    except HTTPException as e:
+        raise unparsed_form(e) or BadRequest(f"invalid multipart/form-data body: {e.detail}") from None
+    texts: list[tuple[str, str]] = []
+    for name, value in fields:
+        if not isinstance(value, str):
+            raise InvalidRequest(name, f"a file, where {scope['path']} takes text fields (files go to /translate_file)")
+        texts.append((name, value))
+    return as_json(scope, fields_to_json(texts))

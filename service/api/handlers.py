@@ -10,11 +10,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from python_multipart.exceptions import FormParserError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException
 
 from service.api.libre import content_type
 from service.api.schemas import UNION_TAGS
-from service.errors import InvalidRequest, MalformedJson, MethodNotAllowed, NotFound, ServiceError, shown
+from service.errors import BadRequest, InvalidRequest, MalformedJson, MethodNotAllowed, NotFound, ServiceError, shown
 
 log = logging.getLogger("service")
 MAX_ERRORS = 10  # validation errors listed in one answer; the rest are counted
@@ -80,10 +82,24 @@ def unreadable_body(e: StarletteHTTPException, media_type: bytes) -> MalformedJs
     return MalformedJson(str(cause).split(";")[0])
 
 
+def unparsed_form(e: StarletteHTTPException) -> BadRequest | None:
+    """Starlette's 400 for a multipart body its parser refused: its words are "Invalid multipart data." whatever
+    the parser found (a part's header over 4 KB, such as a long file name, or a broken boundary); the parser's
+    own words say which."""
+    form_error = e.__context__
+    if e.status_code != 400 or not isinstance(form_error, MultiPartException):
+        return None
+    cause = form_error.__cause__
+    reason = (str(cause) if isinstance(cause, FormParserError) else form_error.message).rstrip(".")
+    if "header size" in reason:
+        reason += " (a part's headers, its file name among them, take about 4 KB at most)"
+    return BadRequest(f"invalid multipart/form-data body: {reason}")
+
+
 def http_error(e: StarletteHTTPException, allow: str | None = None, media_type: bytes = b"") -> ServiceError:
     """The router's own errors (an unknown path, a method a path does not take: allow names the ones it does),
-    and FastAPI's for a body of this media type that it could not read as JSON (unreadable_body)."""
-    unreadable = unreadable_body(e, media_type)
+    and FastAPI's for a body of this media type that it could not read (unreadable_body, unparsed_form)."""
+    unreadable = unreadable_body(e, media_type) or unparsed_form(e)
     if unreadable is not None:
         return unreadable
     kinds: dict[int, type[ServiceError]] = {404: NotFound, 405: MethodNotAllowed}

@@ -13,6 +13,7 @@ from starlette.types import Scope
 from service.errors import BadRequest
 
 FORM = b"application/x-www-form-urlencoded"
+MULTIPART = b"multipart/form-data"  # LibreTranslate's own page posts its fields as a FormData
 FORM_PATHS = frozenset(
     {"/translate", "/summarize", "/detect", "/languages"}
 )  # where LibreTranslate's clients post forms
@@ -62,17 +63,22 @@ def content_type(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return next((v.split(b";")[0].strip().lower() for k, v in headers if k == b"content-type"), b"")
 
 
-def form_to_json(body: bytes) -> bytes:
-    """A form-encoded body as the JSON object our endpoints read: repeated `q` fields make a list. Its bytes and
-    what its %-escapes stand for must be UTF-8 (UnicodeDecodeError), as a JSON body's."""
-    fields: dict[str, object] = {}
-    for name, value in parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict"):
-        if name in LIST_FIELDS and name in fields:
-            previous = fields[name]
-            fields[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
+def fields_to_json(fields: Iterable[tuple[str, str]]) -> bytes:
+    """A form's fields as the JSON object our endpoints read: repeated `q` fields make a list."""
+    out: dict[str, object] = {}
+    for name, value in fields:
+        if name in LIST_FIELDS and name in out:
+            previous = out[name]
+            out[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
         else:
-            fields[name] = value
-    return json.dumps(fields, ensure_ascii=False).encode()
+            out[name] = value
+    return json.dumps(out, ensure_ascii=False).encode()
+
+
+def form_to_json(body: bytes) -> bytes:
+    """A form-encoded body as JSON (fields_to_json). Its bytes and what its %-escapes stand for must be UTF-8
+    (UnicodeDecodeError), as a JSON body's."""
+    return fields_to_json(parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict"))
 
 
 def form_as_json(scope: Scope, body: bytes) -> bytes:
@@ -81,6 +87,11 @@ def form_as_json(scope: Scope, body: bytes) -> bytes:
         converted = form_to_json(body)
     except UnicodeDecodeError:
         raise BadRequest("the form body is not UTF-8") from None
+    return as_json(scope, converted)
+
+
+def as_json(scope: Scope, converted: bytes) -> bytes:
+    """converted, a form body made JSON, with the scope's Content-Type and Content-Length changed to match."""
     scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in (b"content-type", b"content-length")] + [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(converted)).encode()),

@@ -43,6 +43,8 @@ def for_deployment(doc: dict[str, Any], settings: ServiceSettings, access: Acces
                 op.pop("security", None)
                 if not access.keys:
                     responses.pop("401", None)
+            if "requestBody" in op:
+                responses.setdefault("415", {"description": "a compressed body, or one in a Content-Type not listed"})
             if settings.hosts():
                 responses.setdefault("400", {"description": "a Host header not in TRANSFORMER_ALLOWED_HOSTS"})
             for param in op.get("parameters", []):

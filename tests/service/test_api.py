@@ -4,6 +4,7 @@ code and a clear message in the one error shape, never a 500."""
 from __future__ import annotations
 
 import gc
+import gzip
 import shutil
 import time
 from collections.abc import Iterator
@@ -293,6 +294,20 @@ def test_malformed_and_oversized_bodies(client: TestClient, models_dir: Path) ->
     # A multipart body is not JSON: a route that reads one still answers its own error.
     r = client.post("/translate_file", content=b"--x\r\n", headers={"content-type": "multipart/form-data; boundary=x"})
     assert r.status_code in (400, 422) and r.json()["error"]["code"] != "malformed_json", r.text
+    # Bodies in a form the path does not read: each said something about JSON or a dictionary, not what to send.
+    json_body = b'{"q": "kalo", "beam_size": 2}'
+    for path, headers, body, words in (
+        ("/translate", {"content-type": "text/plain"}, json_body, ("/translate reads application/json", "text/plain")),
+        ("/translate", {"content-encoding": "gzip"}, gzip.compress(json_body), ("'gzip'", "uncompressed")),
+        ("/translate", {"content-type": "application/x-www-form-urlencoded"}, json_body, ("curl -d", "a form")),
+        ("/jobs", {"content-type": "application/x-www-form-urlencoded"}, b"texts=kalo", ("/jobs reads",)),
+        ("/jobs", {"content-type": "multipart/form-data; boundary=x"}, b"--x--\r\n", ("multipart/form-data",)),
+        ("/summarize", {}, json_body, ("without a Content-Type",)),
+    ):
+        assert_error(client.post(path, content=body, headers=headers), 415, "unsupported_media_type", *words)
+    for media_type in ("application/json", "application/vnd.api+json", "application/JSON; charset=utf-8"):
+        r = client.post("/translate", content=json_body, headers={"content-type": media_type})
+        assert r.status_code == 200, (media_type, r.text)
     small = ready_client(models_dir, max_body_bytes=2048)
     try:
         assert_error(small.post("/translate", json={"q": "a" * 4000}), 413, "payload_too_large", "2048")

@@ -137,6 +137,15 @@ def test_a_file_part_without_a_filename_or_beside_another_is_named_so(client: Te
     assert_error(r, 422, "invalid_request", "file: the file part has no filename")
 
 
+def test_a_multipart_body_the_parser_refuses_is_answered_with_its_reason(client: TestClient) -> None:
+    """The form parser's own words: Starlette's were "Invalid multipart data." for all of these."""
+    r = client.post("/translate_file", files={"file": ("a" * 5000 + ".txt", b"kalo mine", "text/plain")})
+    assert_error(r, 400, "bad_request", "multipart/form-data", "header size", "file name")
+    body = b"--y\r\nContent-Disposition: form-data; name=file; filename=a.txt\r\n\r\nkalo\r\n--x--\r\n"
+    r = client.post("/translate_file", content=body, headers={"content-type": "multipart/form-data; boundary=x"})
+    assert_error(r, 400, "bad_request", "multipart/form-data body: Expected boundary character")
+
+
 def test_zip_bombs_and_oversized_files_are_refused_before_they_are_unpacked(models_dir: Path) -> None:
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:

@@ -199,6 +199,32 @@ def test_headers_past_their_limit_get_431_and_memory_stays_bounded(serve_heavy: 
     assert rss_mib() - before < 100
 
 
+def test_bytes_that_are_not_http_get_a_400_in_the_error_shape_with_the_parsers_reason(
+    serve_heavy: Callable[..., Server],
+) -> None:
+    """uvicorn answered these with a plain-text "Invalid HTTP request received.", without the headers every answer
+    carries or a request id, and nothing said what was wrong."""
+    server = serve_heavy()
+    body = b'{"q": "kalo", "model": "long"}'
+    head = b"POST /translate HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+    for raw, reason in (
+        (head + b"content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", b"Transfer-Encoding"),
+        (head + b"transfer-encoding: chunked\r\n\r\nzz\r\n" + body + b"\r\n0\r\n\r\n", b"chunk size"),
+        (b"GET /models/\xc3\xa9 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n", b"url"),
+    ):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(raw)
+            answer = b""
+            while chunk := sock.recv(65536):  # the server closes the connection after its answer
+                answer += chunk
+        head_part, _, payload = answer.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 400") and b"x-content-type-options: nosniff" in head_part, answer
+        assert b"x-request-id: " in head_part and b"connection: close" in head_part
+        error = json.loads(payload)["error"]
+        assert error["code"] == "bad_request" and reason in error["message"].encode(), error
+    assert httpx.post(f"{server.url}/translate", content=body, headers={"content-type": "application/json"}).is_success
+
+
 def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Callable[..., Server]) -> None:
     server = serve_heavy()
     hostile = json.dumps({"q": [1] * 1_000_000}, separators=(",", ":")).encode()  # 2 MB

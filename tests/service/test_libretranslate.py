@@ -80,6 +80,18 @@ def test_documented_request_shapes(server: Server, models_dir: Path) -> None:
     )
     assert r.status_code == 200, r.text
     assert r.json()["translatedText"] == [t.text for t in tr.translate([TEXT, "vo sa"], max_len_a=0.0, max_len_b=6)]
+    # LibreTranslate's own page posts a FormData (multipart), its key among the fields: it was a 401 here, and with
+    # the key in a header "body: Input should be a valid dictionary".
+    fields = {"q": TEXT, "source": "en", "target": "de", "format": "text", "api_key": KEY, "max_length": "6"}
+    r = httpx.post(f"{server.url}/translate", files={name: (None, value) for name, value in fields.items()})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text
+    assert r.json()["translatedText"] == tr.translate([TEXT], max_len_a=0.0, max_len_b=6)[0].text
+    two = [("q", (None, TEXT)), ("q", (None, "vo sa")), ("max_length", (None, "6"))]
+    assert len(httpx.post(f"{server.url}/translate", files=two, headers=auth).json()["translatedText"]) == 2
+    r = httpx.post(f"{server.url}/translate", files={"q": ("a.txt", TEXT.encode(), "text/plain")}, headers=auth)
+    assert r.status_code == 422 and "q: a file" in r.json()["error"]["message"] and "/translate_file" in r.text
+    r = httpx.post(f"{server.url}/translate", files={"q": (None, TEXT)})  # no key at all
+    assert r.status_code == 401, r.text
     # format html: the text between block tags is translated, inline tags put back around it, the rest kept.
     page = '<p class="x">kalo mine &amp; ruza</p>\n<!-- vo sa --><script>vo("sa")</script><b> vo </b>'
     r = httpx.post(

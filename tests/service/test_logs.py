@@ -32,7 +32,8 @@ def test_request_ids_and_json_log_lines(models_dir: Path, tmp_path: Path) -> Non
         assert mine.status_code == 200 and mine.headers["x-request-id"] == "r-42"
         made = httpx.get(f"{url}/healthz", headers={"X-Request-Id": "not an id;" * 20})  # 200 chars, spaces
         assert len(made.headers["x-request-id"]) == 32  # a new one
-        bad = httpx.post(f"{url}/translate", content=b"{", headers={"X-Request-Id": "r-43"})
+        headers = {"X-Request-Id": "r-43", "Content-Type": "application/json"}
+        bad = httpx.post(f"{url}/translate", content=b"{", headers=headers)
         assert bad.status_code == 422 and bad.headers["x-request-id"] == "r-43"  # errors carry it too
     finally:
         proc.terminate()

@@ -68,6 +68,24 @@ def test_no_route_is_still_a_404_naming_the_pair(client: TestClient) -> None:
     assert r.status_code == 404 and "from es to en" in r.text, r.text
 
 
+def test_a_language_into_itself_is_refused_not_translated_there_and_back(models_dir: Path, tmp_path: Path) -> None:
+    """With en -> de and de -> en, en -> en went to German and back and answered a paraphrase "through de"."""
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "tiny-en-de")
+    relabel(models_dir / "tiny-en-de", tmp_path / "tiny-de-en", "de", "en")
+    c = ready_client(tmp_path)
+    try:
+        for source, target in (("en", "en"), ("en", "EN-us"), ("de", "de")):
+            r = c.post("/translate", json={"q": "kalo", "source": source, "target": target, **SHORT})
+            assert r.status_code == 422, r.text
+            error = r.json()["error"]
+            assert (
+                error["details"][0]["field"] == "target" and f"same language as source ({source})" in error["message"]
+            )
+        assert c.post("/translate", json={"q": "kalo", "source": "de", "target": "en", **SHORT}).status_code == 200
+    finally:
+        c.__exit__(None, None, None)
+
+
 def test_languages_lists_the_pairs_reached_through_a_pivot(client: TestClient) -> None:
     """LibreTranslate lists Argos's pivoted pairs among a language's targets: so does /languages, and each one
     listed translates; one hop only, as pivoting goes."""
