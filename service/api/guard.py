@@ -56,6 +56,7 @@ class Guard:
     async def admit(self, scope: Scope, receive: Receive) -> bytes:
         """The request's body once its Host and key pass (its owner in scope["state"]), or a ServiceError."""
         path, headers = scope["path"], scope["headers"]
+        media = content_type(headers)  # before form bodies become JSON
         self.access.check_host(path, headers)
         body, key = None, ""
         if scope["method"] == "POST" and self.access.needs_key(path) and not bearer_token(headers):
@@ -64,8 +65,7 @@ class Guard:
                 key = await form_api_key(scope, body)
             elif announced_length(headers) <= BODY_KEY_BYTES:
                 body = await read_body(scope, receive, self.settings)  # the key may be its api_key field
-                multipart = content_type(headers) == MULTIPART
-                key = await form_api_key(scope, body) if multipart else body_api_key(body, content_type(headers))
+                key = await form_api_key(scope, body) if media == MULTIPART else body_api_key(body, media)
         client = scope.get("client")
         scope.setdefault("state", {})["owner"] = await self.access.check(
             path, headers, client[0] if client else "", key
@@ -75,9 +75,9 @@ class Guard:
         unreadable = media_error(path, headers, body)
         if unreadable is not None:
             raise unreadable
-        if path in FORM_PATHS and content_type(headers) == FORM:
+        if path in FORM_PATHS and media == FORM:
             body = form_as_json(scope, body)
-        elif path in FORM_PATHS and content_type(headers) == MULTIPART and body:
+        elif path in FORM_PATHS and media == MULTIPART and body:
             body = await multipart_as_json(scope, body)
         return body
 
