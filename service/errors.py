@@ -88,6 +88,13 @@ class UnsupportedMediaType(ServiceError):
     status, code = 415, "unsupported_media_type"
 
 
+class UnsupportedTransferCoding(ServiceError):
+    """A body sent in a transfer coding other than chunked (RFC 9112 §6.1: 501 for a coding the server does not
+    implement; service.api.body.media_error)."""
+
+    status, code = 501, "unsupported_transfer_coding"
+
+
 class TooCostly(ServiceError):
     """A request over one of the cost limits (TRANSFORMER_MAX_REQUEST_COST and the like)."""
 

@@ -9,7 +9,7 @@ from starlette.types import Message, Receive, Scope
 
 from service.api.jsonscan import too_many_values
 from service.api.libre import FORM, FORM_PATHS, MULTIPART, content_type
-from service.errors import PayloadTooLarge, UnsupportedMediaType
+from service.errors import PayloadTooLarge, UnsupportedMediaType, UnsupportedTransferCoding
 from service.settings import ServiceSettings
 
 SCAN_FROM_BYTES = 64 * 1024  # smaller bodies parse in a few milliseconds whatever they hold
@@ -35,13 +35,20 @@ def body_limit(path: str, settings: ServiceSettings) -> tuple[int, str]:
 JSON_PATHS = frozenset({"/translate", "/summarize", "/detect", "/attention", "/jobs"})  # routes that read JSON
 
 
-def media_error(path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> UnsupportedMediaType | None:
+def media_error(
+    path: str, headers: list[tuple[bytes, bytes]], body: bytes
+) -> UnsupportedMediaType | UnsupportedTransferCoding | None:
     """Why a body cannot be read as its path reads bodies, or None: a compressed body (its bytes went on to the
-    JSON parser, which named a byte that is not UTF-8); a JSON body sent as a form (`curl -d` without a
-    Content-Type sends one, and the form's one field was its whole text); or another type (text/plain said
-    "Input should be a valid dictionary")."""
+    JSON parser, which named a byte that is not UTF-8), by Content-Encoding or by a transfer coding before
+    `chunked` (the HTTP parser takes off the chunks and leaves the rest); a JSON body sent as a form (`curl -d`
+    without a Content-Type sends one, and the form's one field was its whole text); or another type (text/plain
+    said "Input should be a valid dictionary")."""
     if not body:
         return None
+    coded = transfer_codings(headers)
+    if coded:
+        shown = ", ".join(c.decode("latin-1") for c in coded)
+        return UnsupportedTransferCoding(f"Transfer-Encoding {shown!r} is not supported: send the body chunked alone")
     encoding = next((v.strip().lower() for k, v in headers if k == b"content-encoding"), b"identity")
     if encoding not in (b"", b"identity"):
         shown = encoding.decode("latin-1")
@@ -63,6 +70,13 @@ def media_error(path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> U
     form = " or a form (application/x-www-form-urlencoded or multipart/form-data)" if path in FORM_PATHS else ""
     sent = repr(media.decode("latin-1")) if media else "a body without a Content-Type"
     return UnsupportedMediaType(f"{path} reads application/json{form}, not {sent}")
+
+
+def transfer_codings(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """The request's transfer codings other than chunked (the HTTP parser refuses a request whose last coding is
+    not chunked, and takes off the chunks of the others)."""
+    codings = [c.strip().lower() for k, v in headers if k == b"transfer-encoding" for c in v.split(b",")]
+    return [c for c in codings if c and c != b"chunked"]
 
 
 async def read_body(scope: Scope, receive: Receive, settings: ServiceSettings) -> bytes:

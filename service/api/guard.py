@@ -6,6 +6,7 @@ shape. Plain ASGI: no task or stream per request."""
 
 from __future__ import annotations
 
+from python_multipart.multipart import parse_options_header
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -119,4 +120,21 @@ async def multipart_as_json(scope: Scope, body: bytes) -> bytes:
         if not isinstance(value, str):
             raise InvalidRequest(name, f"a file, where {scope['path']} takes text fields (files go to /translate_file)")
         texts.append((name, value))
+    if utf8_form(scope["headers"]) and not is_utf8(body):  # the parser read its fields as Latin-1 then
+        raise BadRequest("the form body is not UTF-8 (its Content-Type names no other charset)")
     return as_json(scope, fields_to_json(texts))
+
+
+def utf8_form(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a multipart body's text fields are UTF-8: its Content-Type names no charset, or names UTF-8."""
+    value = next((v for k, v in headers if k == b"content-type"), b"")
+    charset = parse_options_header(value)[1].get(b"charset", b"utf-8")
+    return charset.strip().lower().replace(b"_", b"-") in (b"utf-8", b"utf8")
+
+
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -45,6 +45,7 @@ def for_deployment(doc: dict[str, Any], settings: ServiceSettings, access: Acces
                     responses.pop("401", None)
             if "requestBody" in op:
                 responses.setdefault("415", {"description": "a compressed body, or one in a Content-Type not listed"})
+                responses.setdefault("501", {"description": "a body in a transfer coding other than chunked"})
             if settings.hosts():
                 responses.setdefault("400", {"description": "a Host header not in TRANSFORMER_ALLOWED_HOSTS"})
             for param in op.get("parameters", []):

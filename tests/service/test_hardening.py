@@ -4,6 +4,7 @@ worker or the event loop; jobs belong to their key)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import select
 import socket
@@ -223,6 +224,25 @@ def test_bytes_that_are_not_http_get_a_400_in_the_error_shape_with_the_parsers_r
         error = json.loads(payload)["error"]
         assert error["code"] == "bad_request" and reason in error["message"].encode(), error
     assert httpx.post(f"{server.url}/translate", content=body, headers={"content-type": "application/json"}).is_success
+
+
+def test_a_body_in_a_transfer_coding_before_chunked_is_a_501(serve_heavy: Callable[..., Server]) -> None:
+    """The HTTP parser takes off the chunks and passes on what gzip left: the JSON parser answered that a byte
+    was not UTF-8. RFC 9112 §6.1: a transfer coding the server does not implement is a 501."""
+    server = serve_heavy()
+    body = gzip.compress(b'{"q": "kalo", "model": "long"}')
+    for coding in (b"gzip, chunked", b"Deflate,chunked"):
+        raw = (
+            b"POST /translate HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"transfer-encoding: " + coding + b"\r\n\r\n" + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(raw)
+            answer = sock.recv(65536)
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 501"), answer
+        error = json.loads(payload)["error"]
+        assert error["code"] == "unsupported_transfer_coding" and "chunked alone" in error["message"], error
 
 
 def test_a_million_values_in_a_body_are_refused_without_blocking(serve_heavy: Callable[..., Server]) -> None:

@@ -92,6 +92,16 @@ def test_documented_request_shapes(server: Server, models_dir: Path) -> None:
     assert r.status_code == 422 and "q: a file" in r.json()["error"]["message"] and "/translate_file" in r.text
     r = httpx.post(f"{server.url}/translate", files={"q": (None, TEXT)})  # no key at all
     assert r.status_code == 401, r.text
+    # Fields that are not UTF-8 were read as Latin-1 by the form parser (mojibake translated): a 400 now, as a
+    # form-encoded body's; unless the Content-Type names their charset.
+    latin = b'--x\r\nContent-Disposition: form-data; name="q"\r\n\r\ncaf\xe9 vo\r\n--x--\r\n'
+    multipart = "multipart/form-data; boundary=x"
+    r = httpx.post(f"{server.url}/translate", content=latin, headers={**auth, "content-type": multipart})
+    assert r.status_code == 400 and "not UTF-8" in r.json()["error"]["message"], r.text
+    named = {**auth, "content-type": f"{multipart}; charset=ISO-8859-1"}
+    r = httpx.post(f"{server.url}/translate", content=latin, headers=named)
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == tr.translate(["café vo"])[0].text
     # format html: the text between block tags is translated, inline tags put back around it, the rest kept.
     page = '<p class="x">kalo mine &amp; ruza</p>\n<!-- vo sa --><script>vo("sa")</script><b> vo </b>'
     r = httpx.post(
