@@ -211,7 +211,11 @@ def output_of(o: output.Output) -> Output:
 class TranslateResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [examples.TRANSLATE_RESPONSE]})
 
-    model: str
+    model: str | None = Field(
+        None,
+        description="the model that translated the texts (the first's, when `models` lists several); absent when "
+        "every text was in the target language already (source 'auto')",
+    )
     translatedText: str | list[str] = Field(description="the best translation(s), shaped like q (LibreTranslate)")
     alternatives: list[str] | list[list[str]] | None = Field(
         None,
@@ -223,10 +227,11 @@ class TranslateResponse(BaseModel):
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = Field(
         None, description="with source 'auto': each text's language as detected, shaped like q (LibreTranslate)"
     )
-    models: list[str] | None = Field(
+    models: list[str | None] | None = Field(
         None,
-        description="with source 'auto' and texts in several languages: each text's model, in q's order; when "
-        "pivoting, the two models, in the order they translated",
+        description="with source 'auto' and texts in several languages: each text's model, in q's order (null for "
+        "a text in the target language already, answered as it is); when pivoting, the two models, in the order "
+        "they translated",
     )
     pivot: str | None = Field(
         None,

@@ -60,6 +60,7 @@ BLANK_FREE = re.compile(NOT_BLANK)
 router = APIRouter(responses=ERRORS)
 INLINE_CHARS = 4096  # texts of at most this many characters in all are tokenized on the event loop
 MAX_ROUNDS = 4  # of map-reduce summaries: each round shortens a document to its sections' summaries
+SAME_LANGUAGE = 90.0  # percent: with source "auto", a text the detector is this sure is in the target is kept
 
 
 # -- what a request must pass before its job is queued ---------------------------------------------
@@ -156,19 +157,7 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
     if req.source != "auto" or req.model is not None:
         source = None if req.source == "auto" else req.source
         return [service.registry.resolve(task, req.model, source, req.target)] * len(texts), []
-    target = req.target and service.registry.code(req.target)
-    fits = {
-        m.meta.source_lang
-        for m in service.registry.models.values()
-        if m.task == task and m.meta.source_lang and (target is None or m.meta.target_lang == target)
-    }
-    fits |= {
-        code
-        for m in service.registry.models.values()
-        if m.task == task and m.multilingual and (target is None or m.knows(target))
-        for code in m.languages()
-        if code != target
-    }
+    fits = fitting_sources(service, task, req.target)
     if not fits:
         return [service.registry.resolve(task, None, None, req.target)] * len(texts), []
     infos, guesses = [], []
@@ -184,6 +173,48 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
         infos.append(service.registry.resolve(task, None, guess.language, req.target))  # several: a 422 names them
         guesses.append(guess)
     return infos, guesses
+
+
+def fitting_sources(service: Service, task: str, target: str | None) -> set[str]:
+    """The languages some model of this task reads, into target where one is given (its code as the models know
+    it), target itself left out."""
+    target = target and service.registry.code(target)
+    fits = {
+        m.meta.source_lang
+        for m in service.registry.models.values()
+        if m.task == task and m.meta.source_lang and (target is None or m.meta.target_lang == target)
+    }
+    fits |= {
+        code
+        for m in service.registry.models.values()
+        if m.task == task and m.multilingual and (target is None or m.knows(target))
+        for code in m.languages()
+        if code != target
+    }
+    return fits
+
+
+def in_target(service: Service, req: TextRequest, texts: list[str]) -> dict[int, Guess]:
+    """With source "auto" and a target, the texts already in the target language, by index: those the detector
+    is at least SAME_LANGUAGE % sure of, among all the models' languages. They are answered as they are (as
+    LibreTranslate and Google do), not translated into their own language by a model that reads another."""
+    if req.source != "auto" or req.model is not None or not req.target:
+        return {}
+    target = service.registry.code(req.target)
+    if target not in service.detector.languages or not fitting_sources(service, "translation", target):
+        return {}
+    kept = {}
+    for i, text in enumerate(texts):
+        if len(LETTERS.findall(text)) >= MIN_LETTERS:
+            best = service.detector.detect(text, f"q[{i}]")[0]
+            if best.language == target and best.confidence >= SAME_LANGUAGE:
+                kept[i] = best
+    return kept
+
+
+def as_it_is(text: str) -> Output:
+    """The answer for a text already in the target language: the text, with no tokens and score 0."""
+    return Output(text=text, score=0.0, tokens=[], alternatives=[])
 
 
 def detected(service: Service, text: str, field: str, fits: set[str]) -> Guess:
@@ -234,24 +265,30 @@ async def run(service: Service, job: Job, request: Request) -> Answer:
 
 async def decode_texts(
     service: Service, req: TextRequest, task: str, owner: str | None, request: Request
-) -> tuple[list[ModelInfo], list[Output], list[Guess]]:
+) -> tuple[list[ModelInfo | None], list[Output], list[Guess]]:
     """Decode the request's texts (for format html, the text between its tags): one job per model (source
-    "auto" may pick several), one output and model per text, and the languages detected for source "auto"."""
+    "auto" may pick several), one output and model per text, and the languages detected for source "auto".
+    A translation's text already in the target language (in_target) is answered as it is: its model is None."""
     s = service.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", s.max_texts, s)
-    infos, guesses = resolve(service, task, req, texts)
-    outputs: list[Output | None] = [None] * len(texts)
+    kept = in_target(service, req, texts) if task == "translation" else {}
+    todo = [i for i in range(len(texts)) if i not in kept]
+    found, found_guesses = resolve(service, task, req, [texts[i] for i in todo]) if todo else ([], [])
+    chosen = dict(zip(todo, found, strict=True))  # a text's index: its model
+    guesses = {**kept, **dict(zip(todo, found_guesses, strict=False))}  # none, or one for each text
+    assert len(guesses) in (0, len(texts)), "source auto detects every text, or none"
+    outputs = [as_it_is(t) for t in texts]
     # One job per model, and for a multilingual one per detected source language.
-    keys = [(m.id, guesses[i].language if guesses and m.multilingual else None) for i, m in enumerate(infos)]
-    for key in dict.fromkeys(keys):
-        mine = [i for i, k in enumerate(keys) if k == key]
-        info, texts_of = infos[mine[0]], [texts[i] for i in mine]
+    keys = {i: (m.id, guesses[i].language if guesses and m.multilingual else None) for i, m in chosen.items()}
+    for key in dict.fromkeys(keys.values()):
+        mine = [i for i, k in keys.items() if k == key]
+        info, texts_of = chosen[mine[0]], [texts[i] for i in mine]
         for i, out in zip(
             mine, await decode_with(service, info, req, texts_of, owner, request, source=key[1]), strict=True
         ):
             outputs[i] = out
-    return infos, [o for o in outputs if o is not None], guesses
+    return [chosen.get(i) for i in range(len(texts))], outputs, [guesses[i] for i in sorted(guesses)]
 
 
 async def decode_with(
@@ -340,13 +377,14 @@ async def translate(req: TextRequest, caller: Caller, request: Request) -> Trans
         each = [[h.text for h in o.alternatives][: req.alternatives] for o in outputs]
         alternatives = each[0] if one else each
     found = [DetectedLanguage(language=g.language, confidence=g.confidence) for g in guesses]
+    ids = [m and m.id for m in infos]  # None: a text already in the target language
     return TranslateResponse(
-        model=infos[0].id,
+        model=next((i for i in ids if i is not None), None),
         translatedText=best,
         alternatives=alternatives,
         translations=outputs,
         detectedLanguage=(found[0] if one else found) if found else None,
-        models=[m.id for m in infos] if len({m.id for m in infos}) > 1 else None,
+        models=ids if len(set(ids)) > 1 else None,
     )
 
 
