@@ -62,15 +62,21 @@ class Detector:
             raise InvalidRequest(
                 field, f"too short to tell its language ({letters} letters; at least {MIN_LETTERS}): name the source"
             )
-        allowed = set(self.languages if among is None else among) & set(self.languages)
-        if self.lingua is None or not allowed:
+        if self.lingua is None:
             raise InvalidRequest(field, "no language to detect among: no model here names a language lingua knows")
         values = [
-            (c.language.iso_code_639_1.name.lower(), c.value)
+            Guess(c.language.iso_code_639_1.name.lower(), c.value)
             for c in self.lingua.compute_language_confidence_values(text)
         ]
-        values = [(code, v) for code, v in values if code in allowed]
-        total = sum(v for _, v in values)
+        return self.among(values, self.languages if among is None else among, field)
+
+    def among(self, guesses: list[Guess], languages: Iterable[str], field: str) -> list[Guess]:
+        """guesses restricted to these languages, most likely first, their confidences scaled to sum to 100."""
+        allowed = set(languages) & set(self.languages)
+        if not allowed:
+            raise InvalidRequest(field, "no language to detect among: no model here names a language lingua knows")
+        kept = [g for g in guesses if g.language in allowed]
+        total = sum(g.confidence for g in kept)
         if total <= 0:
             raise InvalidRequest(field, f"not in a language of the models here ({', '.join(sorted(allowed))})")
-        return [Guess(code, round(100 * v / total, 1)) for code, v in values]
+        return [Guess(g.language, round(100 * g.confidence / total, 1)) for g in kept]

@@ -40,7 +40,7 @@ from service.api.schemas import (
     output_of,
 )
 from service.attention import AttentionSelection, check_cells
-from service.detect import LETTERS, MIN_LETTERS, Guess
+from service.detect import Guess
 from service.errors import (
     ClientClosed,
     InvalidRequest,
@@ -154,19 +154,40 @@ def resolve(service: Service, task: str, req: TextRequest, texts: list[str]) -> 
     """Each text's model, and with source "auto" (LibreTranslate's) and no model named, each text's detected
     language: the model is the one from that language to the target (the only one for the target, when a text
     is too short to tell)."""
+    infos, guesses = resolve_or_keep(service, task, req, texts, keep=False)
+    return [m for m in infos if m is not None], guesses  # without keep, every text has its model
+
+
+def resolve_or_keep(
+    service: Service, task: str, req: TextRequest, texts: list[str], keep: bool
+) -> tuple[list[ModelInfo | None], list[Guess]]:
+    """resolve, and with keep, None for the model of a text the detector is at least SAME_LANGUAGE % sure is in
+    the target language already (among all the models' languages): it is answered as it is, as LibreTranslate
+    and Google do, not sent to a model that reads another language."""
     if req.source != "auto" or req.model is not None:
         source = None if req.source == "auto" else req.source
         return [service.registry.resolve(task, req.model, source, req.target)] * len(texts), []
     fits = fitting_sources(service, task, req.target)
     if not fits:
         return [service.registry.resolve(task, None, None, req.target)] * len(texts), []
-    infos, guesses = [], []
+    target = req.target and service.registry.code(req.target)
+    infos: list[ModelInfo | None] = []
+    guesses = []
     for i, text in enumerate(texts):
-        guess = detected(service, text, f"q[{i}]", fits)
+        field = f"q[{i}]"
+        try:
+            seen: list[Guess] | InvalidRequest = service.detector.detect(text, field)  # among all the languages
+        except InvalidRequest as e:  # too short to tell, or no language lingua knows
+            seen = e
+        if keep and isinstance(seen, list) and seen[0].language == target and seen[0].confidence >= SAME_LANGUAGE:
+            infos.append(None)
+            guesses.append(seen[0])
+            continue
+        guess = detected(service, seen, field, fits)
         if guess.language not in fits:
             to = f" to {req.target}" if req.target else ""
             raise InvalidRequest(
-                f"q[{i}]",
+                field,
                 f"detected {guess.language} ({guess.confidence:g}%), and no {task} model reads {guess.language}{to}; "
                 f"models here read {', '.join(sorted(fits))}",
             )
@@ -194,43 +215,24 @@ def fitting_sources(service: Service, task: str, target: str | None) -> set[str]
     return fits
 
 
-def in_target(service: Service, req: TextRequest, texts: list[str]) -> dict[int, Guess]:
-    """With source "auto" and a target, the texts already in the target language, by index: those the detector
-    is at least SAME_LANGUAGE % sure of, among all the models' languages. They are answered as they are (as
-    LibreTranslate and Google do), not translated into their own language by a model that reads another."""
-    if req.source != "auto" or req.model is not None or not req.target:
-        return {}
-    target = service.registry.code(req.target)
-    if target not in service.detector.languages or not fitting_sources(service, "translation", target):
-        return {}
-    kept = {}
-    for i, text in enumerate(texts):
-        if len(LETTERS.findall(text)) >= MIN_LETTERS:
-            best = service.detector.detect(text, f"q[{i}]")[0]
-            if best.language == target and best.confidence >= SAME_LANGUAGE:
-                kept[i] = best
-    return kept
+def detected(service: Service, seen: list[Guess] | InvalidRequest, field: str, fits: set[str]) -> Guess:
+    """A text's most likely language among the fitting models' sources, from what the detector saw in it among
+    all the models' languages (or why it could not tell). When one model fits, it is that one's, with the
+    detector's confidence in it among all the models' languages (0 for a text too short to tell): a request that
+    worked before detection still does."""
+    if len(fits) > 1:
+        if isinstance(seen, InvalidRequest):
+            raise seen
+        return service.detector.among(seen, fits, field)[0]
+    [only] = fits
+    if isinstance(seen, InvalidRequest):  # too short, or in none of the languages: the one model takes it
+        return Guess(only, 0.0)
+    return next((g for g in seen if g.language == only), Guess(only, 0.0))
 
 
 def as_it_is(text: str) -> Output:
     """The answer for a text already in the target language: the text, with no tokens and score 0."""
     return Output(text=text, score=0.0, tokens=[], alternatives=[])
-
-
-def detected(service: Service, text: str, field: str, fits: set[str]) -> Guess:
-    """The most likely language of text among the fitting models' sources. When one model fits, it is that
-    one's, with the detector's confidence in it among all the models' languages (0 for a text too short to
-    tell): a request that worked before detection still does."""
-    if len(fits) > 1:
-        return service.detector.detect(text, field, fits)[0]
-    [only] = fits
-    if len(LETTERS.findall(text)) < MIN_LETTERS:
-        return Guess(only, 0.0)
-    try:
-        guesses = service.detector.detect(text, field)
-    except InvalidRequest:  # in none of the models' languages: the one model takes it all the same
-        return Guess(only, 0.0)
-    return next((g for g in guesses if g.language == only), Guess(only, 0.0))
 
 
 # -- a request's job, queued and waited for -------------------------------------------------------
@@ -268,17 +270,18 @@ async def decode_texts(
 ) -> tuple[list[ModelInfo | None], list[Output], list[Guess]]:
     """Decode the request's texts (for format html, the text between its tags): one job per model (source
     "auto" may pick several), one output and model per text, and the languages detected for source "auto".
-    A translation's text already in the target language (in_target) is answered as it is: its model is None."""
+    A translation's text already in the target language (resolve_or_keep) is answered as it is: its model is
+    None."""
     s = service.settings
     texts = [req.q] if isinstance(req.q, str) else req.q
     check_texts(texts, "q", s.max_texts, s)
-    kept = in_target(service, req, texts) if task == "translation" else {}
-    todo = [i for i in range(len(texts)) if i not in kept]
-    found, found_guesses = resolve(service, task, req, [texts[i] for i in todo]) if todo else ([], [])
-    chosen = dict(zip(todo, found, strict=True))  # a text's index: its model
-    guesses = {**kept, **dict(zip(todo, found_guesses, strict=False))}  # none, or one for each text
-    assert len(guesses) in (0, len(texts)), "source auto detects every text, or none"
-    outputs = [as_it_is(t) for t in texts]
+    args = (service, task, req, texts, task == "translation")
+    if req.source == "auto" and sum(len(t) for t in texts) > INLINE_CHARS:  # lingua takes ~1 ms a 1,000 characters
+        infos, guesses = await asyncio.to_thread(resolve_or_keep, *args)
+    else:
+        infos, guesses = resolve_or_keep(*args)
+    outputs = [as_it_is(t) for t in texts]  # replaced by its output for each text that has a model
+    chosen = {i: m for i, m in enumerate(infos) if m is not None}
     # One job per model, and for a multilingual one per detected source language.
     keys = {i: (m.id, guesses[i].language if guesses and m.multilingual else None) for i, m in chosen.items()}
     for key in dict.fromkeys(keys.values()):
@@ -288,7 +291,7 @@ async def decode_texts(
             mine, await decode_with(service, info, req, texts_of, owner, request, source=key[1]), strict=True
         ):
             outputs[i] = out
-    return [chosen.get(i) for i in range(len(texts))], outputs, [guesses[i] for i in sorted(guesses)]
+    return infos, outputs, guesses
 
 
 async def decode_with(
