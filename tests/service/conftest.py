@@ -3,6 +3,7 @@ real Redis servers (redis-server on a free port) that tests may stop and restart
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -65,6 +66,30 @@ def wait_until(check: Callable[[], object], timeout: float = 30.0, every: float 
             return
         time.sleep(every)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+@contextlib.contextmanager
+def health_latency(url: str) -> Iterator[list[float]]:
+    """While the block runs, GET /healthz every 10 ms from a thread: the list of how long each took (a blocked
+    event loop shows as one long wait)."""
+    worst: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=url) as client:
+            while not done.is_set():
+                start = time.perf_counter()
+                assert client.get("/healthz").status_code == 200
+                worst.append(time.perf_counter() - start)
+                time.sleep(0.01)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        yield worst
+    finally:
+        done.set()
+        prober.join()
 
 
 class Server:

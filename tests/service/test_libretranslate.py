@@ -6,8 +6,6 @@ answer."""
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 import urllib.error
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +17,7 @@ from libretranslatepy import LibreTranslateAPI
 from model.translator import Translator
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
-from tests.service.conftest import Server
+from tests.service.conftest import Server, health_latency
 
 KEY = "a-key-for-the-tests-0123"
 TEXT = "kalo mine ruza vo"
@@ -203,24 +201,7 @@ def test_detecting_long_texts_leaves_the_event_loop_free(serve: Callable[..., Se
     answer is each text as it is."""
     server = serve(max_chars=50_000)
     texts = [f"{i}. " + GERMAN * 750 for i in range(64)]  # 47,000 characters each, 3 MB in all
-    worst: list[float] = []
-    done = threading.Event()
-
-    def probe() -> None:
-        with httpx.Client(base_url=server.url) as client:
-            while not done.is_set():
-                start = time.perf_counter()
-                assert client.get("/healthz").status_code == 200
-                worst.append(time.perf_counter() - start)
-                time.sleep(0.01)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    try:
-        body = {"q": texts, "source": "auto", "target": "de"}
-        r = httpx.post(f"{server.url}/translate", json=body, timeout=60)
-    finally:
-        done.set()
-        prober.join()
+    with health_latency(server.url) as worst:
+        r = httpx.post(f"{server.url}/translate", json={"q": texts, "source": "auto", "target": "de"}, timeout=60)
     assert r.status_code == 200 and r.json()["translatedText"] == texts, r.text[:300]
     assert max(worst) < 0.5, f"/healthz took {max(worst):.2f} s while the texts were detected"
