@@ -8,7 +8,7 @@ import asyncio
 from starlette.types import Message, Receive, Scope
 
 from service.api.jsonscan import too_many_values
-from service.api.libre import FORM, FORM_PATHS, MULTIPART, content_type
+from service.api.libre import FORM, FORM_PATHS, MULTIPART
 from service.errors import PayloadTooLarge, UnsupportedMediaType, UnsupportedTransferCoding
 from service.settings import ServiceSettings
 
@@ -36,13 +36,13 @@ JSON_PATHS = frozenset({"/translate", "/summarize", "/detect", "/attention", "/j
 
 
 def media_error(
-    path: str, headers: list[tuple[bytes, bytes]], body: bytes
+    path: str, headers: list[tuple[bytes, bytes]], body: bytes, media: bytes
 ) -> UnsupportedMediaType | UnsupportedTransferCoding | None:
     """Why a body cannot be read as its path reads bodies, or None: a compressed body (its bytes went on to the
     JSON parser, which named a byte that is not UTF-8), by Content-Encoding or by a transfer coding before
     `chunked` (the HTTP parser takes off the chunks and leaves the rest); a JSON body sent as a form (`curl -d`
     without a Content-Type sends one, and the form's one field was its whole text); or another type (text/plain
-    said "Input should be a valid dictionary")."""
+    said "Input should be a valid dictionary"). media: the request's media type (libre.content_type)."""
     if not body:
         return None
     coded = transfer_codings(headers)
@@ -55,7 +55,6 @@ def media_error(
         return UnsupportedMediaType(f"Content-Encoding {shown!r} is not supported: send the body uncompressed")
     if path not in JSON_PATHS:
         return None
-    media = content_type(headers)
     if media == MULTIPART and path in FORM_PATHS:
         return None
     if media == FORM and path in FORM_PATHS:

@@ -73,7 +73,7 @@ class Guard:
         )
         if body is None:
             body = await read_body(scope, receive, self.settings)
-        unreadable = media_error(path, headers, body)
+        unreadable = media_error(path, headers, body, media)
         if unreadable is not None:
             raise unreadable
         if path in FORM_PATHS and media == FORM:

@@ -280,7 +280,7 @@ async def decode_texts(
         infos, guesses = await asyncio.to_thread(resolve_or_keep, *args)
     else:
         infos, guesses = resolve_or_keep(*args)
-    outputs = [as_it_is(t) for t in texts]  # replaced by its output for each text that has a model
+    outputs: list[Output | None] = [None] * len(texts)
     chosen = {i: m for i, m in enumerate(infos) if m is not None}
     # One job per model, and for a multilingual one per detected source language.
     keys = {i: (m.id, guesses[i].language if guesses and m.multilingual else None) for i, m in chosen.items()}
@@ -291,7 +291,7 @@ async def decode_texts(
             mine, await decode_with(service, info, req, texts_of, owner, request, source=key[1]), strict=True
         ):
             outputs[i] = out
-    return infos, outputs, guesses
+    return infos, [as_it_is(t) if o is None else o for t, o in zip(texts, outputs, strict=True)], guesses
 
 
 async def decode_with(
