@@ -265,7 +265,8 @@ class Bridge:
                         sink.write(reply)
                         sink.flush()
         except (BrokenPipeError, ValueError, OSError):  # the child is gone, or wrote something unreadable
-            log.exception("worker process %s: its pipe failed", self.name)
+            if not self.stop.is_set():  # stopping, the child is ended while it waits for a reply
+                log.exception("worker process %s: its pipe failed", self.name)
         finally:
             if proc.poll() is None:
                 proc.kill()

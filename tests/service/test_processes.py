@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import threading
@@ -57,6 +58,22 @@ def test_worker_processes_answer_as_the_translator_alone(serve: Callable[..., Se
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 60)
     results = httpx.get(f"{server.url}/jobs/{job['id']}").json()["results"]
     assert [r["text"] for r in results] == [o.text for o in translator.translate(texts[:5], max_len_a=0.0, max_len_b=8)]
+
+
+def test_stopping_the_service_ends_its_worker_processes_quietly(
+    models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each stop logged "its pipe failed" with a BrokenPipeError's traceback for each child: the child is ended
+    while it waits for the reply to a call, and the Bridge took that for a failure."""
+    with (
+        caplog.at_level(logging.WARNING),
+        Server(ServiceSettings(models_dir=models_dir, worker_processes=True)) as server,
+    ):
+        server.wait_ready()
+        pids = children(server)
+        assert len(pids) == 2 and httpx.post(f"{server.url}/translate", json={"q": "kalo", "max_length": 4}).is_success
+    assert all(b.proc is not None and b.proc.poll() is not None for b in server.app.state.service.bridges)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("service")] == []
 
 
 def test_a_worker_process_killed_mid_batch_loses_no_request(
