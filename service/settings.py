@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from model.files import FileLimits
 from service.allocator import Allocator
 
 MIN_KEY_LENGTH = 16
+ORIGIN = re.compile(r"https?://[^\s/:?#]+(:\d{1,5})?")  # a browser's Origin: scheme, host and port, no path
 
 
 class ServiceSettings(BaseSettings):
@@ -91,6 +93,9 @@ class ServiceSettings(BaseSettings):
     auth_failures_per_minute: int = Field(default=10, ge=1)  # failed keys per client address before 429
     ops_need_key: bool = False  # /metrics, /docs, /redoc and /openapi.json need a key too
     allowed_hosts: str = ""  # "" = any Host header; else comma-separated host names (a "*." prefix matches subdomains)
+    # browser pages on these origins may call the API (CORS): "" = none, "*" = any, else comma-separated origins
+    # such as https://app.example.com (scheme, host and port: what a browser sends as Origin)
+    cors_origins: str = ""
     # Redis queue
     queue_prefix: str = "transformer"
     claim_idle_ms: int = Field(default=30000, ge=100)  # a task in flight this long without a heartbeat is reclaimed
@@ -114,9 +119,19 @@ class ServiceSettings(BaseSettings):
     @model_validator(mode="after")
     def _keys(self) -> ServiceSettings:
         self.keys()  # parse once, so a bad TRANSFORMER_API_KEYS fails at start
+        for i, origin in enumerate(self.origins()):
+            if origin != "*" and not ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"cors_origins: item {i + 1}, {origin[:100]!r}, is not an origin: give its scheme, host and "
+                    "port if any, such as https://app.example.com or http://localhost:3000, or * for any"
+                )
         if self.dtype == "int8" and self.device.startswith("cuda"):
             raise ValueError("dtype int8 runs on the CPU only: set device to cpu or auto, or dtype to bfloat16")
         return self
+
+    def origins(self) -> list[str]:
+        """The origins whose pages may call the API (CORS), "*" for any; empty: none."""
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     def keys(self) -> dict[str, int]:
         """API key -> requests per minute (0 = unlimited)."""

@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.api import files, jobs, ops, text
+from service.api.cors import Cors
 from service.api.docs import install_docs
 from service.api.envelope import Envelope
 from service.api.guard import Guard
@@ -52,8 +53,11 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     install_docs(app)
     install_openapi(app, settings, service.access)
 
-    # Middleware added last runs first: the envelope around everything, the guard before every route.
+    # Middleware added last runs first: the envelope around everything, CORS where asked for (before the guard:
+    # a preflight has no key, and a page needs CORS headers to read a refusal), the guard before every route.
     app.add_middleware(Guard, settings=settings, access=service.access)
+    if settings.origins():
+        app.add_middleware(Cors, origins=settings.origins())
     app.add_middleware(Envelope, metrics=service.metrics)
 
     if (STATIC / "index.html").is_file():  # the browser demo
