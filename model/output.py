@@ -126,6 +126,11 @@ class Output:
     def attention(self) -> AttentionMaps | None:
         return self.best.attention
 
+    @classmethod
+    def as_it_is(cls, text: str) -> Output:
+        """The output of a text already in the target language, read by no model: the text, no ids, score 0."""
+        return cls([Hypothesis(ids=[], score=0.0, log_prob=0.0, text=text)])
+
     def to_dict(self) -> dict[str, Any]:
         return {"hypotheses": [h.to_dict() for h in self.hypotheses]}
 

@@ -20,7 +20,7 @@ from model.output import Output
 from service.api.deps import Caller, ReadyService
 from service.api.jobs import JobId, download_url, unknown
 from service.api.schemas import NAME_CHARS, ErrorResponse, JobProgress, JobResponse, Name, TextRequest
-from service.api.text import ERRORS, check_cost, options_of, resolve
+from service.api.text import ERRORS, check_cost, options_of, resolve_or_keep
 from service.errors import InvalidRequest, JobFailed, NotFound, NotReady, PayloadTooLarge
 from service.queue.contract import ACTIVE, Job, JobInfo, JobStatus
 
@@ -94,28 +94,31 @@ async def translate_file(
     sample = "\n".join(read.texts[:50])[:SAMPLE_CHARS]
     given = {k: v for k, v in {"beam_size": beam_size, "max_length": max_length}.items() if v is not None}
     req = TextRequest(q=sample, source=source, target=target, model=model, **given)
-    [info], guesses = resolve(service, "translation", req, [sample])
-    detected = guesses[0].language if guesses and info.multilingual else None
-    pair = info.pair(detected or (None if source == "auto" else source), target)
-    job = Job(
-        info.id,
-        read.texts,
-        options_of(req, s, info),
-        background=True,
-        truncate=truncate,
-        source_lang=pair[0],
-        target_lang=pair[1],
-        align=read.align,
-        owner=owner,
-        file=name,
-    )
-    await check_cost(service, job, "file", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
+    [info], guesses = resolve_or_keep(service, "translation", req, [sample], keep=True)
+    if info is None:  # already in the target language: handed back as it is, as LibreTranslate does
+        job = Job(None, read.texts, background=True, owner=owner, file=name)
+    else:
+        detected = guesses[0].language if guesses and info.multilingual else None
+        pair = info.pair(detected or (None if source == "auto" else source), target)
+        job = Job(
+            info.id,
+            read.texts,
+            options_of(req, s, info),
+            background=True,
+            truncate=truncate,
+            source_lang=pair[0],
+            target_lang=pair[1],
+            align=read.align,
+            owner=owner,
+            file=name,
+        )
+        await check_cost(service, job, "file", s.max_job_cost, "TRANSFORMER_MAX_JOB_COST")
     await service.queue.submit(job, data)
     response.headers["Location"] = f"/jobs/{job.id}"
     return JobResponse(
         id=job.id,
         status=JobStatus.queued,
-        model=info.id,
+        model=job.model,
         progress=JobProgress(done=0, total=len(job.texts)),
         file=name,
         translatedFileUrl=download_url(request, job.id),
@@ -165,7 +168,10 @@ async def download_file(job_id: JobId, caller: Caller) -> Response:
     data = await service.queue.take_file(job_id, owner)
     if whole is None or whole.outputs is None or data is None:
         raise NotFound(f"the file of job {job_id} was downloaded already")
-    content = await asyncio.to_thread(rendered, job.file, data, whole.outputs, service.settings.file_limits())
+    if job.model is None:  # answered as it is: the very bytes sent
+        content = data
+    else:
+        content = await asyncio.to_thread(rendered, job.file, data, whole.outputs, service.settings.file_limits())
     await service.queue.cancel(job_id, owner)
     fallback = UNSAFE.sub("_", job.file)
     disposition = f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(job.file)}"

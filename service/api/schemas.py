@@ -302,7 +302,11 @@ class JobResponse(BaseModel):
 
     id: str
     status: JobStatus
-    model: str
+    model: str | None = Field(
+        None,
+        description="null (absent from a new job's answer) for a file already in the target language, handed back "
+        "as it is",
+    )
     progress: JobProgress
     error: str | None = None
     results: list[Output] | None = Field(None, description="once done: results[offset : offset + limit]")

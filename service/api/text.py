@@ -116,6 +116,7 @@ def decode_cost(lengths: list[int], cfg: DecodingConfig, model_max_len: int) -> 
 async def check_cost(service: Service, job: Job, field: str, limit: int, setting: str) -> None:
     """Check the job's texts and cost (checked_lengths), without tokenizing them where the bounds of their lengths
     (Registry.length_bounds: ASCII text, the common case) show the cost within the limit."""
+    assert job.model is not None  # a job that no model reads (Job.model) costs nothing
     if sum(len(t) for t in job.texts) <= INLINE_CHARS:
         pair = (job.source_lang, job.target_lang)
         bounds = service.registry.length_bounds(job.model, job.texts, field, service.settings.max_sentences, pair)
@@ -128,6 +129,7 @@ async def checked_lengths(service: Service, job: Job, field: str, limit: int, se
     """Tokenize the job's texts, segment by segment (model.segment: sentences, as the worker will cut them), and
     check its cost; the lengths of every segment, in order. Short texts are tokenized on the event loop (tens of
     microseconds, less than handing them to a thread); longer ones in a thread, so that the loop keeps answering."""
+    assert job.model is not None
     args = (
         job.model,
         job.texts,
@@ -230,11 +232,6 @@ def detected(service: Service, seen: list[Guess] | InvalidRequest, field: str, f
     return next((g for g in seen if g.language == only), Guess(only, 0.0))
 
 
-def as_it_is(text: str) -> Output:
-    """The answer for a text already in the target language: the text, with no tokens and score 0."""
-    return Output(text=text, score=0.0, tokens=[], alternatives=[])
-
-
 # -- a request's job, queued and waited for -------------------------------------------------------
 
 
@@ -291,7 +288,11 @@ async def decode_texts(
             mine, await decode_with(service, info, req, texts_of, owner, request, source=key[1]), strict=True
         ):
             outputs[i] = out
-    return infos, [as_it_is(t) if o is None else o for t, o in zip(texts, outputs, strict=True)], guesses
+    return (
+        infos,
+        [output_of(output.Output.as_it_is(t)) if o is None else o for t, o in zip(texts, outputs, strict=True)],
+        guesses,
+    )
 
 
 async def decode_with(

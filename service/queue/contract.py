@@ -66,7 +66,7 @@ class Job:
     forgotten once answered; a background job (POST /jobs) is polled with GET /jobs/{id}, reports its progress,
     fills the rows the others leave and is kept for result_ttl_s once it ends."""
 
-    model: str
+    model: str | None  # None: texts already in the target language (source "auto"), answered as they are
     texts: list[str]
     options: DecodingConfig = field(default_factory=DecodingConfig)
     background: bool = False
@@ -143,7 +143,7 @@ class JobInfo:
     status: JobStatus
     done: int
     total: int
-    model: str
+    model: str | None  # None: answered as it is (Job.model)
     error: str | None = None
     outputs: list[Output] | None = None  # outputs[offset : offset + limit], when done
     offset: int = 0

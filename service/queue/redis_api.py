@@ -121,7 +121,7 @@ class RedisApiQueue:
             "status": JobStatus.queued.value,
             "done": 0,
             "total": len(job.texts),
-            "model": job.model,
+            "model": job.model or "",
             "owner": job.owner or "",
             "file": job.file or "",
         }
@@ -204,7 +204,7 @@ class RedisApiQueue:
             return None
         status = JobStatus(f.get("status") or "queued")
         outputs = outputs_of(raw) if status is JobStatus.done else None
-        done, total, model = int(f.get("done") or 0), int(f.get("total") or 0), f.get("model") or ""
+        done, total, model = int(f.get("done") or 0), int(f.get("total") or 0), f.get("model") or None
         return JobInfo(
             job_id, status, done, total, model, f.get("error") or None, outputs, offset, f.get("file") or None
         )

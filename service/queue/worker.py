@@ -55,6 +55,7 @@ class Item:
     @property
     def loop_key(self) -> LoopKey:
         """The running search it goes to: its model and beam size."""
+        assert self.job.model is not None  # a job that no model reads is answered before it is pooled (admit)
         return (self.job.model, self.job.options.beam_size)
 
 
@@ -226,6 +227,9 @@ class Worker:
         for job in jobs:
             if job.id in self.pool.jobs:
                 continue  # redelivered while still in flight here
+            if job.model is None:  # already in the target language: no model reads it
+                self.queue.finish(job, Answer([Output.as_it_is(t) for t in job.texts]))
+                continue
             translator = self.translators.get(job.model)
             if translator is None:
                 self.queue.finish(job, Answer(error=f"model {job.model!r} is not loaded on this worker"))

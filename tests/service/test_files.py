@@ -200,3 +200,30 @@ def test_a_sentence_longer_than_the_model_takes_is_named_or_cut_when_asked(clien
     finished(client, r.json())
     got = client.get(f"/download_file/{r.json()['id']}")
     assert got.status_code == 200 and got.content.count(b"\n") == 2
+
+
+GERMAN_LINES = ["Die Datei wurde nicht gefunden, weil die Festplatte voll ist.", "Bitte versuchen Sie es später."]
+
+
+def test_a_file_already_in_the_target_language_comes_back_as_it_was_sent(
+    client: TestClient, translator: Translator
+) -> None:
+    """With source "auto", a German file to German went to the English-German model, as /translate's texts did
+    before they were answered as they are; LibreTranslate hands such a file back. The very bytes come back now,
+    its job done without a model; an English file, or a German one with source "en", is translated as before."""
+    german = docx_bytes(GERMAN_LINES)
+    r = upload(client, "brief.docx", german, source="auto", target="de")
+    assert r.status_code == 202 and "model" not in r.json(), r.text
+    job = finished(client, r.json())
+    assert job["model"] is None and job["progress"] == {"done": 2, "total": 2}, job
+    got = client.get(f"/download_file/{job['id']}")
+    assert got.status_code == 200 and got.content == german, got.text[:200]
+    assert_error(client.get(f"/download_file/{job['id']}"), 404, "not_found")  # handed over once, as any file
+    english = [p.capitalize() + "." for p in make_sentences(2, seed=53, min_words=4, max_words=8)]
+    for name, data, source in (("letter.docx", docx_bytes(english), "auto"), ("brief.docx", german, "en")):
+        r = upload(client, name, data, source=source, target="de")
+        assert r.status_code == 202 and r.json()["model"] == "tiny-en-de", r.text
+        got = client.get(r.json()["translatedFileUrl"])
+        sent = [p.text for p in docx.Document(io.BytesIO(data)).paragraphs]
+        want = [o.text for o in translator.translate(sent, beam_size=2, max_len_a=0.0, max_len_b=6)]
+        assert [p.text for p in docx.Document(io.BytesIO(got.content)).paragraphs] == want

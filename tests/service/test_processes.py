@@ -26,8 +26,10 @@ from service.queue.memory import MemoryQueue
 from service.queue.processes import Bridge, ParentGone, PipeQueue, poke
 from service.settings import ServiceSettings
 from tests.conftest import make_sentences
+from tests.model.test_files import docx_bytes
 from tests.service.conftest import Server, wait_until
 from tests.service.test_batching import post_all
+from tests.service.test_files import GERMAN_LINES
 from tests.service.test_hardening import metric, post_and_hang_up
 
 
@@ -58,6 +60,10 @@ def test_worker_processes_answer_as_the_translator_alone(serve: Callable[..., Se
     wait_until(lambda: httpx.get(f"{server.url}/jobs/{job['id']}").json()["status"] == "done", 60)
     results = httpx.get(f"{server.url}/jobs/{job['id']}").json()["results"]
     assert [r["text"] for r in results] == [o.text for o in translator.translate(texts[:5], max_len_a=0.0, max_len_b=8)]
+    german = docx_bytes(GERMAN_LINES)  # already in the target language: answered by a child without the model
+    files, auto = {"file": ("b.docx", german)}, {"source": "auto", "target": "de"}
+    job = httpx.post(f"{server.url}/translate_file", files=files, data=auto).json()
+    assert httpx.get(job["translatedFileUrl"], timeout=60).content == german
 
 
 def test_stopping_the_service_ends_its_worker_processes_quietly(

@@ -465,7 +465,7 @@ def test_a_file_through_redis_is_downloaded_once_and_bounded_per_key(
     """A file's job runs on a worker process; its file waits in Redis beside the job, is handed over once, and
     counts against the key's kept jobs there (shared by every API process)."""
     from tests.model.test_files import docx_bytes
-    from tests.service.test_files import OPTIONS
+    from tests.service.test_files import GERMAN_LINES, OPTIONS
 
     server = serve(redis_url=redis_server.url, max_kept_jobs=2)
     workers.start("w1")
@@ -482,6 +482,15 @@ def test_a_file_through_redis_is_downloaded_once_and_bounded_per_key(
     assert [p.text for p in docx.Document(io.BytesIO(got.content)).paragraphs] == want
     assert httpx.get(job["translatedFileUrl"]).status_code == 404
     assert not redis_server.client().exists(Keys().file(job["id"]), Keys().job(job["id"]))
+    # A file already in the target language: its job is answered by the worker without the model, the file
+    # handed back as it was sent (GET /jobs shows no model: the hash holds none)
+    german = docx_bytes(GERMAN_LINES)
+    auto = {**OPTIONS, "source": "auto", "target": "de"}
+    r = httpx.post(f"{server.url}/translate_file", files={"file": ("b.docx", german)}, data=auto, timeout=60)
+    assert r.status_code == 202 and "model" not in r.json(), r.text
+    wait_until(lambda: httpx.get(f"{server.url}/jobs/{r.json()['id']}").json()["status"] == "done", timeout=60)
+    assert httpx.get(f"{server.url}/jobs/{r.json()['id']}").json()["model"] is None
+    assert httpx.get(r.json()["translatedFileUrl"]).content == german
     kept = [httpx.post(f"{server.url}/translate_file", files=files, data=OPTIONS) for _ in range(3)]
     assert [k.status_code for k in kept] == [202, 202, 429], kept[-1].text
     assert kept[-1].json()["error"]["code"] == "too_many_kept"
