@@ -21,6 +21,7 @@ PUBLIC = frozenset(
         "/",
         "/favicon.ico",  # and /static/...: the demo page itself
         "/languages",
+        "/frontend/settings",  # says whether a key is needed
     }
 )  # public in LibreTranslate too: its clients ask it without a key
 OPERATIONS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})

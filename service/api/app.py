@@ -56,8 +56,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     # Middleware added last runs first: the envelope around everything, CORS where asked for (before the guard:
     # a preflight has no key, and a page needs CORS headers to read a refusal), the guard before every route.
     app.add_middleware(Guard, settings=settings, access=service.access)
-    if settings.origins():
-        app.add_middleware(Cors, origins=settings.origins())
+    if origins := settings.origins():
+        app.add_middleware(Cors, origins=origins)
     app.add_middleware(Envelope, metrics=service.metrics)
 
     if (STATIC / "index.html").is_file():  # the browser demo

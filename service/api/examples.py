@@ -23,6 +23,16 @@ OUTPUT: JsonDict = {
 TEXT_REQUEST: JsonDict = {"q": "File not found.", "source": "en", "target": "de", "beam_size": 4, "n_best": 2}
 TRANSLATE_RESPONSE: JsonDict = {"model": "en-de", "translatedText": "Datei nicht gefunden.", "translations": [OUTPUT]}
 LANGUAGE: JsonDict = {"code": "en", "name": "English", "targets": ["de", "fr"]}
+FRONTEND_SETTINGS: JsonDict = {
+    "charLimit": 5000,
+    "frontendTimeout": 500,
+    "apiKeys": False,
+    "keyRequired": False,
+    "suggestions": False,
+    "filesTranslation": True,
+    "supportedFilesFormat": [".txt", ".docx"],
+    "language": {"source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": "de", "name": "German"}},
+}
 SUMMARIZE_RESPONSE: JsonDict = {
     "model": "docstrings",
     "summaries": [

@@ -275,6 +275,35 @@ class Language(BaseModel):
     targets: list[str]
 
 
+class NamedLanguage(BaseModel):
+    code: str
+    name: str
+
+
+class StartLanguages(BaseModel):
+    """The languages a client's page starts with."""
+
+    source: NamedLanguage
+    target: NamedLanguage
+
+
+class FrontendSettings(BaseModel):
+    """LibreTranslate's GET /frontend/settings, which its clients read before they translate (its field names)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [examples.FRONTEND_SETTINGS]})
+
+    charLimit: int = Field(description="the most characters of one text (TRANSFORMER_MAX_CHARS)")  # noqa: N815
+    frontendTimeout: int = Field(  # noqa: N815
+        description="milliseconds a page that translates as one types waits after the last key (LibreTranslate's)"
+    )
+    apiKeys: bool = Field(description="whether the service has API keys (TRANSFORMER_API_KEYS)")  # noqa: N815
+    keyRequired: bool = Field(description="whether translating needs a key")  # noqa: N815
+    suggestions: bool = Field(description="whether POST /suggest takes better translations: never here")
+    filesTranslation: bool = Field(description="whether POST /translate_file translates files")  # noqa: N815
+    supportedFilesFormat: list[str] = Field(description="the file extensions it reads")  # noqa: N815
+    language: StartLanguages | None = Field(None, description="absent when no model translates")
+
+
 class SummarizeResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [examples.SUMMARIZE_RESPONSE]})
 

@@ -16,6 +16,7 @@ from starlette.types import Receive
 from model import output
 from model.config import DecodingConfig
 from model.errors import ConfigError, InputError, InputTooLongError
+from model.files import MEDIA_TYPES
 from model.markup import Document, render
 from model.segment import sections
 from service.api.deps import Caller, ReadyService
@@ -29,9 +30,12 @@ from service.api.schemas import (
     DetectedLanguage,
     DetectRequest,
     ErrorResponse,
+    FrontendSettings,
     Hypothesis,
     Language,
+    NamedLanguage,
     Output,
+    StartLanguages,
     SummarizeRequest,
     SummarizeResponse,
     TextRequest,
@@ -61,6 +65,7 @@ router = APIRouter(responses=ERRORS)
 INLINE_CHARS = 4096  # texts of at most this many characters in all are tokenized on the event loop
 MAX_ROUNDS = 4  # of map-reduce summaries: each round shortens a document to its sections' summaries
 SAME_LANGUAGE = 90.0  # percent: with source "auto", a text the detector is this sure is in the target is kept
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default wait after typing: this service's own page translates on a button
 
 
 # -- what a request must pass before its job is queued ---------------------------------------------
@@ -438,6 +443,31 @@ async def languages(service: ReadyService) -> list[Language]:
     (LibreTranslate's GET /languages)."""
     targets = service.registry.targets
     return [Language(code=code, name=language_name(code), targets=t) for code, t in sorted(targets.items())]
+
+
+@router.get("/frontend/settings", response_model=FrontendSettings, response_model_exclude_none=True, tags=["text"])
+async def frontend_settings(service: ReadyService) -> FrontendSettings:
+    """What LibreTranslate's clients read before they translate (its GET /frontend/settings): the longest text,
+    whether a key is needed, the file formats, and the languages a page starts with: "auto" into English where a
+    model translates into English, else into the first target."""
+    targets = sorted({t for ts in service.registry.targets.values() for t in ts})
+    start = None
+    if targets:
+        target = "en" if "en" in targets else targets[0]
+        start = StartLanguages(
+            source=NamedLanguage(code="auto", name="Auto Detect"),  # LibreTranslate's name for it
+            target=NamedLanguage(code=target, name=language_name(target)),
+        )
+    return FrontendSettings(
+        charLimit=service.settings.max_chars,
+        frontendTimeout=FRONTEND_TIMEOUT_MS,
+        apiKeys=bool(service.access.keys),
+        keyRequired=service.access.needs_key("/translate"),
+        suggestions=False,
+        filesTranslation=True,
+        supportedFilesFormat=[f".{extension}" for extension in MEDIA_TYPES],
+        language=start,
+    )
 
 
 @router.post("/detect", response_model=list[DetectedLanguage], tags=["text"])

@@ -18,6 +18,7 @@ from model.translator import Translator
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
 from tests.service.conftest import Server, health_latency
+from tests.service.test_api import ready_client
 
 KEY = "a-key-for-the-tests-0123"
 TEXT = "kalo mine ruza vo"
@@ -205,3 +206,39 @@ def test_detecting_long_texts_leaves_the_event_loop_free(serve: Callable[..., Se
         r = httpx.post(f"{server.url}/translate", json={"q": texts, "source": "auto", "target": "de"}, timeout=60)
     assert r.status_code == 200 and r.json()["translatedText"] == texts, r.text[:300]
     assert max(worst) < 0.5, f"/healthz took {max(worst):.2f} s while the texts were detected"
+
+
+def test_frontend_settings_tell_a_client_what_it_needs_before_it_translates(
+    models_dir: Path, tmp_path: Path, spm_dir: Path
+) -> None:
+    """LibreTranslate's clients read GET /frontend/settings before they translate (Dialect asks it whether a key
+    is needed; the clients made from LibreTranslate's OpenAPI document have it): it was a 404 here."""
+    c = ready_client(models_dir, api_keys=KEY, max_chars=1200)
+    try:
+        r = c.get("/frontend/settings")  # without a key: it says that one is needed
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["apiKeys"] is True and got["keyRequired"] is True and got["suggestions"] is False
+        assert got["filesTranslation"] is True and {".txt", ".docx", ".srt"} <= set(got["supportedFilesFormat"])
+        assert got["language"] == {
+            "source": {"code": "auto", "name": "Auto Detect"},
+            "target": {"code": "de", "name": "German"},  # the only target (the summarizer translates nothing)
+        }
+        assert got["charLimit"] == 1200 and got["frontendTimeout"] > 0
+        assert c.post("/translate", json={"q": TEXT, "target": "de", **SHORT}).status_code == 401
+        auth = {"Authorization": f"Bearer {KEY}"}
+        body = {"q": "x" * got["charLimit"], "target": "de", **SHORT}
+        assert c.post("/translate", json=body, headers=auth).status_code == 200  # the limit is the service's own
+        body["q"] += "x"
+        assert c.post("/translate", json=body, headers=auth).status_code == 422
+    finally:
+        c.__exit__(None, None, None)
+    shutil.copytree(models_dir / "tiny-en-de", tmp_path / "tiny-en-de")
+    save_random_checkpoint(tmp_path / "tiny-de-en", spm_dir, SPM_VOCAB, seed=5, source_lang="de", target_lang="en")
+    c = ready_client(tmp_path)
+    try:
+        got = c.get("/frontend/settings").json()
+        assert got["apiKeys"] is False and got["keyRequired"] is False
+        assert got["language"]["target"] == {"code": "en", "name": "English"}  # LibreTranslate's own default
+    finally:
+        c.__exit__(None, None, None)
