@@ -233,6 +233,46 @@ def test_bytes_that_are_not_http_get_a_400_in_the_error_shape_with_the_parsers_r
     assert httpx.post(f"{server.url}/translate", content=body, headers={"content-type": "application/json"}).is_success
 
 
+def read_answer(sock: socket.socket) -> bytes:
+    """One answer with a Content-Length from a kept-alive connection: its head and body."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_request_asking_to_upgrade_to_http2_is_answered_with_its_body(serve_heavy: Callable[..., Server]) -> None:
+    """Java's HttpClient (HTTP/2 by default) and `curl --http2` ask a cleartext server to upgrade to h2c, body and
+    all. httptools took the body for HTTP/2's bytes: the app read none ("body: Field required"), and a kept-alive
+    connection answered nothing more. The upgrade is ignored now (RFC 9110 §7.8): HTTP/1.1 answers each request,
+    whatever the pieces its head comes in."""
+    server = serve_heavy()
+    body = b'{"q": "kalo mine", "model": "long"}'
+    want = httpx.post(f"{server.url}/translate", content=body, headers={"content-type": "application/json"}).json()
+    head = b"POST /translate HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+    h2c = b"connection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nhttp2-settings: AAEAAEAAAAIAAAABAAMAAABkAAQ\r\n"
+    java = head + h2c + b"content-length: %d\r\n\r\n" % len(body) + body
+    chunked = head + h2c + b"transfer-encoding: chunked\r\n\r\n%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        answers = []
+        for raw, piece in ((java, len(java)), (chunked, len(chunked)), (java, 7)):  # one connection, kept alive
+            for i in range(0, len(raw), piece):
+                sock.sendall(raw[i : i + piece])
+                time.sleep(0.002 if piece < len(raw) else 0)
+            answers.append(read_answer(sock))
+    for answer in answers:
+        status, _, payload = answer.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 200"), answer
+        assert json.loads(payload)["translatedText"] == want["translatedText"]
+    ws = b"GET /translate HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade, close\r\nupgrade: websocket\r\n"
+    ws += b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+    assert exchange(server.port, ws).startswith(b"HTTP/1.1 405"), "a WebSocket handshake is a GET to HTTP/1.1"
+
+
 def test_a_body_in_a_transfer_coding_before_chunked_is_a_501(serve_heavy: Callable[..., Server]) -> None:
     """The HTTP parser takes off the chunks and passes on what gzip left: the JSON parser answered that a byte
     was not UTF-8. RFC 9112 §6.1: a transfer coding the server does not implement is a 501."""
