@@ -98,15 +98,15 @@ def bare_app() -> Any:
 
 
 def serve(app: Any, port: int, ours: bool = False) -> None:
-    """Under uvicorn; ours with the HTTP protocol `transformer serve` runs (service.http), the bare endpoint with
+    """Under uvicorn; ours with the options `transformer serve` runs (service.http), the bare endpoint with
     uvicorn's own."""
     import uvicorn
 
-    from service.http import limited_protocol
+    from service.http import uvicorn_options
     from service.settings import ServiceSettings
 
-    http = limited_protocol(ServiceSettings()) if ours else "auto"  # "auto": uvicorn's default
-    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, http=http)
+    options = uvicorn_options(ServiceSettings()) if ours else {"http": "auto"}  # "auto": uvicorn's default
+    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, **options)
 
 
 async def asgi_post(app: Any, text: str) -> None:

@@ -21,6 +21,7 @@ import logging
 import re
 import sys
 from http import HTTPStatus
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -180,6 +181,11 @@ class LimitedProtocol(HttpToolsProtocol):
         if answer:
             self.transport.write(raw_answer(e, rid))
         self.transport.close()
+
+
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """What uvicorn takes from the settings: the HTTP protocol (limited_protocol) and the proxies it believes."""
+    return {"http": limited_protocol(settings), "proxy_headers": True, "forwarded_allow_ips": settings.proxies()}
 
 
 def limited_protocol(settings: ServiceSettings) -> type[LimitedProtocol]:

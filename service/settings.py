@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -96,6 +97,10 @@ class ServiceSettings(BaseSettings):
     # browser pages on these origins may call the API (CORS): "" = none, "*" = any, else comma-separated origins
     # such as https://app.example.com (scheme, host and port: what a browser sends as Origin)
     cors_origins: str = ""
+    # proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (uvicorn's forwarded_allow_ips): a client's
+    # address (wrong keys are throttled per address) and scheme (translatedFileUrl). Comma-separated addresses or
+    # networks (10.0.0.0/8), "*" for any: a proxy in another container connects from its own address
+    forwarded_allow_ips: str = "127.0.0.1,::1"
     # Redis queue
     queue_prefix: str = "transformer"
     claim_idle_ms: int = Field(default=30000, ge=100)  # a task in flight this long without a heartbeat is reclaimed
@@ -125,6 +130,15 @@ class ServiceSettings(BaseSettings):
                     f"cors_origins: item {i + 1}, {origin[:100]!r}, is not an origin: give its scheme, host and "
                     "port if any, such as https://app.example.com or http://localhost:3000, or * for any"
                 )
+        for i, proxy in enumerate(self.proxies()):
+            try:
+                if proxy != "*":
+                    ipaddress.ip_network(proxy)  # an address is a network of one
+            except ValueError:
+                raise ValueError(
+                    f"forwarded_allow_ips: item {i + 1}, {proxy[:100]!r}, is not an address or a network: give "
+                    "addresses such as 172.18.0.5, networks such as 172.18.0.0/16, or * for any"
+                ) from None
         if self.dtype == "int8" and self.device.startswith("cuda"):
             raise ValueError("dtype int8 runs on the CPU only: set device to cpu or auto, or dtype to bfloat16")
         return self
@@ -132,6 +146,10 @@ class ServiceSettings(BaseSettings):
     def origins(self) -> list[str]:
         """The origins whose pages may call the API (CORS), "*" for any; empty: none."""
         return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
+
+    def proxies(self) -> list[str]:
+        """The addresses and networks of trusted proxies (forwarded_allow_ips), or ["*"] for any."""
+        return [p.strip() for p in self.forwarded_allow_ips.split(",") if p.strip()]
 
     def keys(self) -> dict[str, int]:
         """API key -> requests per minute (0 = unlimited)."""

@@ -84,13 +84,12 @@ def serve_demo(models_dir: Path, args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.http import limited_protocol
+    from service.http import uvicorn_options
     from service.logs import configure_logging
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(models_dir=models_dir, host=args.host, port=args.port, redis_url=None)
     configure_logging(settings.log_format, access=False)  # the page is the interface: no line per request
     print(f"open http://{args.host}:{args.port}/ in a browser (Ctrl-C stops)", file=sys.stderr)
-    protocol = limited_protocol(settings)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, http=protocol)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_config=None, **uvicorn_options(settings))
     return 0

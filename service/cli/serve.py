@@ -63,12 +63,11 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.http import limited_protocol
+    from service.http import uvicorn_options
 
     s = settings_from(args, models_dir="models_dir", host="host", port="port", redis_url="redis_url")
     configure_logging(s.log_format)
-    protocol = limited_protocol(s)
-    uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None, http=protocol)
+    uvicorn.run(create_app(s), host=s.host, port=s.port, log_config=None, **uvicorn_options(s))
     return 0
 
 

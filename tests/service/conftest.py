@@ -22,7 +22,7 @@ import uvicorn
 
 from service import allocator
 from service.api.app import create_app
-from service.http import limited_protocol
+from service.http import uvicorn_options
 from service.settings import ServiceSettings
 from tests.conftest import SPM_VOCAB, save_random_checkpoint
 
@@ -99,8 +99,8 @@ class Server:
         self.app = create_app(settings)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        protocol = limited_protocol(settings)  # as `transformer serve` runs it
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", http=protocol)
+        options = uvicorn_options(settings)  # as `transformer serve` runs it
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from model.translator import Translator
 from service.settings import ServiceSettings
@@ -455,6 +456,31 @@ def test_failed_keys_are_throttled_per_address(serve_heavy: Callable[..., Server
     r = httpx.get(f"{server.url}/models", headers=A)  # even the right key: the address is guessing
     assert error_of(r, 429)["code"] == "too_many_requests"
     assert 15 <= int(r.headers["retry-after"]) <= 20  # 3 a minute: the next in 20 s
+
+
+def test_clients_behind_a_trusted_proxy_are_throttled_by_their_own_address(serve_heavy: Callable[..., Server]) -> None:
+    """Behind a proxy in another container, every request comes from the proxy's address: one client sending
+    wrong keys had every client refused, right keys and all, and translatedFileUrl said http behind https.
+    TRANSFORMER_FORWARDED_ALLOW_IPS names the proxies whose X-Forwarded-For and -Proto are believed; another's
+    are not, or a client could pick its own address."""
+    wrong = {"Authorization": "Bearer wrong-key-0123456789"}
+    guesser = {"x-forwarded-for": "203.0.113.7"}
+    other = {"x-forwarded-for": "198.51.100.9, 127.0.0.1", "x-forwarded-proto": "https"}
+    proxied = serve_heavy(api_keys=KEY_A, auth_failures_per_minute=3, forwarded_allow_ips="127.0.0.0/8")
+    for _ in range(3):
+        assert httpx.get(f"{proxied.url}/models", headers={**wrong, **guesser}).status_code == 401
+    assert error_of(httpx.get(f"{proxied.url}/models", headers={**A, **guesser}), 429)["code"] == "too_many_requests"
+    assert httpx.get(f"{proxied.url}/models", headers={**A, **other}).status_code == 200  # another client
+    files, form = {"file": ("a.txt", b"kalo mine")}, {"model": "long"}
+    r = httpx.post(f"{proxied.url}/translate_file", files=files, data=form, headers={**A, **other})
+    assert r.status_code == 202 and r.json()["translatedFileUrl"].startswith("https://"), r.text
+    direct = serve_heavy(api_keys=KEY_A, auth_failures_per_minute=3, forwarded_allow_ips="10.9.8.7, 10.1.0.0/16")
+    for _ in range(3):
+        assert httpx.get(f"{direct.url}/models", headers={**wrong, **guesser}).status_code == 401
+    assert httpx.get(f"{direct.url}/models", headers={**A, **other}).status_code == 429  # one address: its own
+    for bad in ("10.0.0.300", "10.0.0.1/33", "proxy.example", "10.0.0.1/8"):  # the last: host bits set
+        with pytest.raises(ValidationError, match="forwarded_allow_ips: item 1"):
+            ServiceSettings(forwarded_allow_ips=bad)
 
 
 def test_short_keys_are_refused_at_start() -> None:
