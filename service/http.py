@@ -184,8 +184,14 @@ class LimitedProtocol(HttpToolsProtocol):
 
 
 def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
-    """What uvicorn takes from the settings: the HTTP protocol (limited_protocol) and the proxies it believes."""
-    return {"http": limited_protocol(settings), "proxy_headers": True, "forwarded_allow_ips": settings.proxies()}
+    """What uvicorn takes from the settings: the HTTP protocol (limited_protocol), the proxies it believes and how
+    long it keeps an idle connection."""
+    return {
+        "http": limited_protocol(settings),
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.proxies(),
+        "timeout_keep_alive": settings.keep_alive_s,
+    }
 
 
 def limited_protocol(settings: ServiceSettings) -> type[LimitedProtocol]:

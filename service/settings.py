@@ -74,6 +74,9 @@ class ServiceSettings(BaseSettings):
     # a request must arrive whole, headers and body, within this from its first byte (or from connecting), else
     # its connection is closed (service.http: uvicorn itself waits for slow senders without end)
     request_read_timeout_s: float = Field(default=60.0, gt=0)
+    # an idle kept-alive connection is closed after this (uvicorn's timeout_keep_alive); behind a load balancer
+    # that reuses its connections longer (AWS's ALB: 60 s), set it above the balancer's, or it meets closed ones
+    keep_alive_s: float = Field(default=5.0, gt=0, le=3600)
     result_ttl_s: int = Field(default=3600, ge=1)  # how long job statuses and results are kept
     # files (POST /translate_file): each runs as a batch job; model.files reads them within these
     max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)

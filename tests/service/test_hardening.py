@@ -186,6 +186,24 @@ def test_slow_senders_are_cut_off_and_others_served(serve_heavy: Callable[..., S
         assert r.status_code == 200 and time.monotonic() - sent > 1.0, r.text
 
 
+def test_an_idle_connection_is_kept_for_its_setting(serve_heavy: Callable[..., Server]) -> None:
+    """uvicorn's 5 s could not be changed: behind a load balancer that keeps idle connections longer (60 s), it
+    sent requests on connections the service had closed (502s)."""
+    request = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
+    for keep_alive_s, idle_s, kept in ((0.5, 1.5, False), (6.0, 1.5, True)):
+        server = serve_heavy(keep_alive_s=keep_alive_s)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(request)
+            assert read_answer(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(idle_s)
+            try:
+                sock.sendall(request)
+                again = sock.recv(65536)
+            except OSError:  # reset: closed by the server
+                again = b""
+            assert again.startswith(b"HTTP/1.1 200") is kept, (keep_alive_s, again)
+
+
 def test_headers_past_their_limit_get_431_and_memory_stays_bounded(serve_heavy: Callable[..., Server]) -> None:
     """uvicorn with httptools bounds no request's headers: one connection sending header lines without end grew
     the server by gigabytes."""
