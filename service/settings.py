@@ -133,9 +133,10 @@ class ServiceSettings(BaseSettings):
                     f"cors_origins: item {i + 1}, {origin[:100]!r}, is not an origin: give its scheme, host and "
                     "port if any, such as https://app.example.com or http://localhost:3000, or * for any"
                 )
-        for i, proxy in enumerate(self.proxies()):
+        proxies = self.proxies()
+        for i, proxy in enumerate(proxies):
             try:
-                if proxy != "*":
+                if proxy != "*" or len(proxies) > 1:  # uvicorn reads "*" alone as any, beside others as a name
                     ipaddress.ip_network(proxy)  # an address is a network of one
             except ValueError:
                 raise ValueError(

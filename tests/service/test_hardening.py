@@ -496,9 +496,10 @@ def test_clients_behind_a_trusted_proxy_are_throttled_by_their_own_address(serve
     for _ in range(3):
         assert httpx.get(f"{direct.url}/models", headers={**wrong, **guesser}).status_code == 401
     assert httpx.get(f"{direct.url}/models", headers={**A, **other}).status_code == 429  # one address: its own
-    for bad in ("10.0.0.300", "10.0.0.1/33", "proxy.example", "10.0.0.1/8"):  # the last: host bits set
+    for bad in ("10.0.0.300", "10.0.0.1/33", "proxy.example", "10.0.0.1/8", "*, 10.0.0.1"):  # 10.0.0.1/8: host bits
         with pytest.raises(ValidationError, match="forwarded_allow_ips: item 1"):
             ServiceSettings(forwarded_allow_ips=bad)
+    assert ServiceSettings(forwarded_allow_ips=" * ").proxies() == ["*"]
 
 
 def test_short_keys_are_refused_at_start() -> None:
