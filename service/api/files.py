@@ -164,14 +164,15 @@ async def download_file(job_id: JobId, caller: Caller) -> Response:
         raise JobFailed(job.error or "the job failed")
     if job.status is JobStatus.cancelled:
         raise NotFound(f"job {job_id} was cancelled")
-    whole = await service.queue.info(job_id, owner, 0, job.total)
+    outputs = None
+    if job.model is not None:  # a file answered as it is (Job.model) goes back as its very bytes: no outputs read
+        whole = await service.queue.info(job_id, owner, 0, job.total)
+        outputs = None if whole is None else whole.outputs
     data = await service.queue.take_file(job_id, owner)
-    if whole is None or whole.outputs is None or data is None:
+    if data is None or (outputs is None and job.model is not None):
         raise NotFound(f"the file of job {job_id} was downloaded already")
-    if job.model is None:  # answered as it is: the very bytes sent
-        content = data
-    else:
-        content = await asyncio.to_thread(rendered, job.file, data, whole.outputs, service.settings.file_limits())
+    limits = service.settings.file_limits()
+    content = data if outputs is None else await asyncio.to_thread(rendered, job.file, data, outputs, limits)
     await service.queue.cancel(job_id, owner)
     fallback = UNSAFE.sub("_", job.file)
     disposition = f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(job.file)}"
