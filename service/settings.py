@@ -21,6 +21,11 @@ MIN_KEY_LENGTH = 16
 ORIGIN = re.compile(r"https?://[^\s/:?#]+(:\d{1,5})?")  # a browser's Origin: scheme, host and port, no path
 
 
+def listed(value: str) -> list[str]:
+    """The items of a comma-separated setting, stripped, blank ones left out."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 class ServiceSettings(BaseSettings):
     """Everything the API and the workers read; every field is an environment variable (see README)."""
 
@@ -149,17 +154,16 @@ class ServiceSettings(BaseSettings):
 
     def origins(self) -> list[str]:
         """The origins whose pages may call the API (CORS), "*" for any; empty: none."""
-        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
+        return [o.rstrip("/") for o in listed(self.cors_origins)]
 
     def proxies(self) -> list[str]:
         """The addresses and networks of trusted proxies (forwarded_allow_ips), or ["*"] for any."""
-        return [p.strip() for p in self.forwarded_allow_ips.split(",") if p.strip()]
+        return listed(self.forwarded_allow_ips)
 
     def keys(self) -> dict[str, int]:
         """API key -> requests per minute (0 = unlimited)."""
         out: dict[str, int] = {}
-        items = (s.strip() for s in self.api_keys.get_secret_value().split(","))
-        for i, item in enumerate(filter(None, items)):
+        for i, item in enumerate(listed(self.api_keys.get_secret_value())):
             key, _, limit = item.partition(":")
             if not key or (limit and not limit.isdigit()):
                 raise ValueError(f"api_keys: item {i + 1} is not KEY or KEY:REQUESTS_PER_MINUTE")
@@ -175,7 +179,7 @@ class ServiceSettings(BaseSettings):
 
     def hosts(self) -> list[str]:
         """Allowed Host names, lower case; empty: any."""
-        return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
+        return [h.lower() for h in listed(self.allowed_hosts)]
 
     @property
     def resolved_device(self) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.logs import configure_logging
-from service.settings import ServiceSettings, settings_error
+from service.settings import ServiceSettings, listed, settings_error
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,7 +128,7 @@ def run_import_models(args: argparse.Namespace) -> int:
     s = settings_from(args, models_dir="models_dir")
     configure_logging(s.log_format)
     log = logging.getLogger("service")
-    specs = args.models or [m.strip() for m in s.import_models.split(",") if m.strip()]
+    specs = args.models or listed(s.import_models)
     log.info("importing %s into %s, those not there yet", ", ".join(specs) or "no models", s.models_dir)
     for spec, path in zip(specs, import_models(specs, s.models_dir), strict=True):
         log.info("model %s: %s", spec, path)
